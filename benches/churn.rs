@@ -1,0 +1,216 @@
+//! W1 (churn: schedule + cancel at a steady pending count) and W4 (memory per pending
+//! timer) of ../shared/WORKLOADS.md, for shardwheel's `Wheel` and its peers, in one process.
+//!
+//! Peers, each driven through its own API the way a user would:
+//! - `shardwheel`: `Wheel<u64>`, deadlines in 1 ms ticks from the wheel's current tick.
+//! - `tokio-delayqueue`: tokio-util's `DelayQueue<u64>` (it reads tokio's clock on every
+//!   insert: that is its API), inside a current-thread runtime with time enabled.
+//! - `binaryheap`: std `BinaryHeap` of (deadline, id) with lazy cancellation: the values
+//!   live in a std `HashMap` by id, cancel removes the value (and hands it back, as the
+//!   others do), and the heap entry stays until it would fire. It never reclaims heap
+//!   entries of cancelled timers.
+//!
+//! Run: `cargo bench --bench churn`. `CHURN_PENDING=1000,100000` picks the P values,
+//! `CHURN_SKIP_W4=1` skips W4. Prints one `RESULT` line per figure.
+
+use mimalloc::MiMalloc;
+use shardwheel::{Key, Wheel};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+#[global_allocator]
+static GLOBAL: MiMalloc = MiMalloc;
+
+/// SplitMix64, seeded 42 for every implementation (WORKLOADS.md).
+struct SplitMix64(u64);
+
+impl SplitMix64 {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `lo..=hi` (multiply-shift, no division on the hot path).
+    fn between(&mut self, lo: u64, hi: u64) -> u64 {
+        lo + ((u128::from(self.next()) * u128::from(hi - lo + 1)) >> 64) as u64
+    }
+}
+
+/// What W1 needs of a timer structure.
+trait Timers {
+    type Handle: Copy;
+    const NAME: &'static str;
+    fn schedule(&mut self, delay_ms: u64, value: u64) -> Self::Handle;
+    fn cancel(&mut self, handle: Self::Handle) -> Option<u64>;
+}
+
+impl Timers for Wheel<u64> {
+    type Handle = Key;
+    const NAME: &'static str = "shardwheel";
+
+    fn schedule(&mut self, delay_ms: u64, value: u64) -> Key {
+        self.insert(self.now() + delay_ms, value)
+    }
+
+    fn cancel(&mut self, key: Key) -> Option<u64> {
+        Wheel::cancel(self, key)
+    }
+}
+
+impl Timers for tokio_util::time::DelayQueue<u64> {
+    type Handle = tokio_util::time::delay_queue::Key;
+    const NAME: &'static str = "tokio-delayqueue";
+
+    fn schedule(&mut self, delay_ms: u64, value: u64) -> Self::Handle {
+        self.insert(value, Duration::from_millis(delay_ms))
+    }
+
+    fn cancel(&mut self, key: Self::Handle) -> Option<u64> {
+        self.try_remove(&key).map(|expired| expired.into_inner())
+    }
+}
+
+#[derive(Default)]
+struct LazyHeap {
+    heap: BinaryHeap<Reverse<(Instant, u64)>>,
+    values: HashMap<u64, u64>,
+    next_id: u64,
+}
+
+impl Timers for LazyHeap {
+    type Handle = u64;
+    const NAME: &'static str = "binaryheap";
+
+    fn schedule(&mut self, delay_ms: u64, value: u64) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        let deadline = Instant::now() + Duration::from_millis(delay_ms);
+        self.heap.push(Reverse((deadline, id)));
+        self.values.insert(id, value);
+        id
+    }
+
+    fn cancel(&mut self, id: u64) -> Option<u64> {
+        self.values.remove(&id)
+    }
+}
+
+const ITERATIONS: usize = 2_000_000;
+const TIME_BOUND: Duration = Duration::from_secs(5);
+
+/// W1 at pending count `pending`: returns iterations per second.
+fn churn<T: Timers>(timers: &mut T, pending: usize) -> f64 {
+    let mut rng = SplitMix64(42);
+    let mut handles: Vec<T::Handle> = (0..pending)
+        .map(|i| timers.schedule(rng.between(1_000, 60_000), i as u64))
+        .collect();
+    let start = Instant::now();
+    let mut done = 0;
+    while done < ITERATIONS {
+        for _ in 0..1024 {
+            let fresh = timers.schedule(rng.between(1, 60_000), done as u64);
+            let victim = rng.between(0, pending as u64 - 1) as usize;
+            let cancelled = timers.cancel(std::mem::replace(&mut handles[victim], fresh));
+            assert!(cancelled.is_some(), "{}: a pending timer was lost", T::NAME);
+            black_box(cancelled);
+            done += 1;
+        }
+        if start.elapsed() > TIME_BOUND {
+            break;
+        }
+    }
+    done as f64 / start.elapsed().as_secs_f64()
+}
+
+fn run_w1<T: Timers>(make: impl Fn() -> T, pending: usize) -> f64 {
+    let mut timers = make();
+    let rate = churn(&mut timers, pending);
+    println!("RESULT W1 P={pending} {} iters_per_s={rate:.0}", T::NAME);
+    rate
+}
+
+/// Resident and peak resident set size in bytes, from /proc/self/status.
+fn rss() -> (u64, u64) {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+            .map_or(0, |kb| kb * 1024)
+    };
+    (field("VmRSS:"), field("VmHWM:"))
+}
+
+/// W4: (peak RSS - RSS before) / N with N timers of a 16-byte payload pending.
+fn run_w4() {
+    const N: usize = 10_000_000;
+    // Writing 5 to clear_refs resets the peak RSS to the current RSS (Linux >= 4.0), so
+    // that earlier allocations do not count.
+    let reset_peak = || std::fs::write("/proc/self/clear_refs", "5").is_ok();
+    let mut rng = SplitMix64(42);
+    let peak_resets = reset_peak();
+    let (before, _) = rss();
+    let mut wheel: Wheel<[u8; 16]> = Wheel::new();
+    for i in 0..N {
+        let payload = (i as u128).to_le_bytes();
+        black_box(wheel.insert(rng.between(1_000, 600_000), payload));
+    }
+    let (now, peak) = rss();
+    let used = if peak_resets { peak } else { now };
+    println!(
+        "RESULT W4 shardwheel bytes_per_timer={:.1}",
+        used.saturating_sub(before) as f64 / N as f64
+    );
+    drop(wheel);
+}
+
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg").unwrap_or_default()
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; anything else (a test harness probing) is ignored.
+    let pendings: Vec<usize> = std::env::var("CHURN_PENDING")
+        .ok()
+        .map(|v| v.split(',').filter_map(|p| p.trim().parse().ok()).collect())
+        .unwrap_or_else(|| vec![1_000, 100_000, 1_000_000, 10_000_000]);
+    println!("# load average at start: {}", load_average().trim());
+    if std::env::var_os("CHURN_SKIP_W4").is_none() {
+        run_w4();
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .expect("tokio runtime");
+    let _guard = runtime.enter();
+    let mut rates: HashMap<(&str, usize), f64> = HashMap::new();
+    for &pending in &pendings {
+        rates.insert(("shardwheel", pending), run_w1(Wheel::<u64>::new, pending));
+        rates.insert(
+            ("tokio-delayqueue", pending),
+            run_w1(tokio_util::time::DelayQueue::<u64>::new, pending),
+        );
+        rates.insert(("binaryheap", pending), run_w1(LazyHeap::default, pending));
+        let ours = rates[&("shardwheel", pending)];
+        println!(
+            "RESULT W1 P={pending} shardwheel vs_delayqueue={:.2} vs_binaryheap={:.2}",
+            ours / rates[&("tokio-delayqueue", pending)],
+            ours / rates[&("binaryheap", pending)]
+        );
+    }
+    if let (Some(&small), Some(&large)) = (pendings.first(), pendings.last()) {
+        for name in ["shardwheel", "tokio-delayqueue", "binaryheap"] {
+            println!(
+                "RESULT W1 {name} ratio_P{large}_over_P{small}={:.2}",
+                rates[&(name, large)] / rates[&(name, small)]
+            );
+        }
+    }
+    println!("# load average at end: {}", load_average().trim());
+}

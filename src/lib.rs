@@ -1,0 +1,39 @@
+//! shardwheel: timers for servers that keep millions of them.
+//!
+//! Most timers in a server (request timeouts, idle connections, retries) are cancelled
+//! before they fire, so scheduling and cancelling must cost almost nothing, and the few that
+//! fire must fire on time. shardwheel is built on a hierarchical timing wheel whose
+//! operations are O(1) whatever the number of pending timers.
+//!
+//! This release has the single-threaded core, [`Wheel`]: insert, cancel and reset in O(1)
+//! with generation-checked [`Key`]s, expiry driven by the caller's clock, and
+//! [`Wheel::next_deadline`] to know how long to sleep. The sharded multi-threaded engine is
+//! built on it.
+//!
+//! ```
+//! use shardwheel::Wheel;
+//!
+//! let mut wheel = Wheel::new(); // ticks: say, milliseconds
+//! let timeout = wheel.insert(250, "request 7 timed out");
+//! wheel.insert(1_000, "heartbeat");
+//! wheel.cancel(timeout); // the reply came in time
+//!
+//! while let Some(tick) = wheel.next_deadline() {
+//!     for expired in wheel.drain_expired(tick) {
+//!         assert_eq!((expired.deadline, expired.value), (1_000, "heartbeat"));
+//!     }
+//! }
+//! assert!(wheel.is_empty());
+//! ```
+//!
+//! The modules, each in its own file: `wheel` (levels, buckets, the bucket heap), `slab`
+//! (entries and generations), `handle` (keys), `error`.
+
+mod error;
+mod handle;
+mod slab;
+mod wheel;
+
+pub use error::{Full, StaleKey};
+pub use handle::Key;
+pub use wheel::{DrainExpired, Expired, Wheel};

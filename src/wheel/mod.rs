@@ -1,0 +1,422 @@
+//! The single-threaded hierarchical timing wheel.
+//!
+//! Varghese and Lauck's hierarchical wheel, as Kafka's `TimingWheel` builds it: levels of 64
+//! slots (`level`), each slot a bucket holding an intrusive doubly linked list of entries
+//! through the slab (`u32` links, so an entry costs 12 bytes of bookkeeping, not 24), and a
+//! min-heap of the non-empty buckets (`bucket_heap`) that says which bucket is due next.
+//!
+//! - `insert` takes a slab slot and pushes it on the front of its bucket: O(1).
+//! - `cancel` checks the key's generation, unlinks the entry (its `prev` link is either the
+//!   previous entry or, for a list head, the bucket's own number) and frees the slot: O(1),
+//!   and the memory is reusable at once rather than at the bucket's deadline.
+//! - `poll_expired` takes the top bucket of the heap, moves the wheel's tick to when it is
+//!   due, and takes its entries one by one: those whose deadline has come are handed out,
+//!   the others (only in buckets above level 0) are re-inserted relative to the new tick,
+//!   which puts them in a finer level: Kafka's cascade, done one entry at a time so that a
+//!   caller can stop after any expiry.
+//!
+//! Levels are made on demand: a wheel that only ever sees short timeouts has two.
+
+mod bucket_heap;
+mod level;
+
+use crate::error::{Full, StaleKey};
+use crate::handle::Key;
+use crate::slab::{NIL, Slab};
+use bucket_heap::BucketHeap;
+use level::{EMPTY_LEVEL, Level, SLOTS, place};
+
+/// Marks a `prev` link as "this entry heads bucket N" rather than "entry N precedes it".
+/// Slab indices stay below `slab::MAX_SLOTS = 1 << 31`, so the bit is free.
+const BUCKET_TAG: u32 = 1 << 31;
+
+/// A hierarchical timing wheel of timers carrying values of type `T`, driven by the caller.
+///
+/// Time is counted in ticks, a `u64` that starts at 0 and that the caller advances by
+/// passing `now` to [`poll_expired`](Self::poll_expired). What a tick means (a millisecond,
+/// ten microseconds) is the caller's choice; the wheel reads no clock and starts no
+/// thread. Every `u64` is a valid deadline: none is rejected, none fires early.
+///
+/// # Usage
+///
+/// [`insert`](Self::insert) a value with its deadline and keep the [`Key`] if you may
+/// [`cancel`](Self::cancel) or [`reset`](Self::reset) it. Call
+/// [`poll_expired`](Self::poll_expired) (or iterate [`drain_expired`](Self::drain_expired))
+/// with the current tick to take every timer whose deadline has come, each exactly once.
+/// [`next_deadline`](Self::next_deadline) says when to poll next.
+///
+/// ```
+/// use shardwheel::Wheel;
+///
+/// let mut wheel = Wheel::new();
+/// let idle = wheel.insert(30_000, "close idle connection");
+/// wheel.insert(250, "request timed out");
+/// wheel.reset(idle, 60_000).unwrap(); // the connection saw traffic
+///
+/// let fired: Vec<_> = wheel.drain_expired(1_000).map(|e| e.value).collect();
+/// assert_eq!(fired, ["request timed out"]);
+/// assert_eq!(wheel.cancel(idle), Some("close idle connection"));
+/// assert!(wheel.is_empty());
+/// ```
+///
+/// # Implementation
+///
+/// Levels of 64 slots, slot = 6 bits of the deadline, up to 11 levels for the whole `u64`
+/// range, made on demand; entries in a slab of chunks that never move, linked into their
+/// bucket by `u32` indices; a key is (slot, generation), so stale keys are rejected; a
+/// min-heap of the non-empty buckets gives the next due bucket without walking slots.
+/// Insert, cancel and reset are O(1); each expiry costs O(1) plus one re-insertion per
+/// level the entry cascades through (at most 10, and only for timers further away than
+/// 64 ticks). An entry costs `28 + size_of::<T>()` bytes, rounded up to `T`'s alignment
+/// (36 bytes with a 16-byte payload); the buckets and the heap are a few kilobytes in all.
+pub struct Wheel<T> {
+    slab: Slab<T>,
+    levels: Vec<Level>,
+    heap: BucketHeap,
+    /// The current tick: every deadline at or before it has been handed out or is in a
+    /// bucket due now.
+    now: u64,
+}
+
+/// A timer taken out of the wheel by [`Wheel::poll_expired`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Expired<T> {
+    /// The key the timer had; it is stale from now on.
+    pub key: Key,
+    /// The deadline it was inserted (or last reset) with; at or before the `now` that
+    /// expired it.
+    pub deadline: u64,
+    /// Its value.
+    pub value: T,
+}
+
+impl<T> Wheel<T> {
+    /// An empty wheel at tick 0. Allocates nothing until the first insert.
+    pub const fn new() -> Self {
+        Wheel {
+            slab: Slab::new(),
+            levels: Vec::new(),
+            heap: BucketHeap::new(),
+            now: 0,
+        }
+    }
+
+    /// Inserts `value` to expire at tick `deadline`, and returns its key.
+    ///
+    /// A deadline at or before [`now`](Self::now) expires at the next poll. Any `u64` is
+    /// accepted, `u64::MAX` included.
+    ///
+    /// # Panics
+    ///
+    /// If the wheel already holds 2^31 timers (as `Vec::push` panics when its length would
+    /// overflow). Use [`try_insert`](Self::try_insert) to get the value back instead.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let mut wheel = shardwheel::Wheel::new();
+    /// let key = wheel.insert(5, 'x');
+    /// assert_eq!(wheel.get(key), Some(&'x'));
+    /// assert_eq!(wheel.deadline(key), Some(5));
+    /// ```
+    pub fn insert(&mut self, deadline: u64, value: T) -> Key {
+        match self.try_insert(deadline, value) {
+            Ok(key) => key,
+            Err(_) => panic!("shardwheel: a Wheel holds at most 2^31 timers"),
+        }
+    }
+
+    /// Like [`insert`](Self::insert), but hands the value back when the wheel is full.
+    ///
+    /// # Errors
+    ///
+    /// [`Full`] with the value, if the wheel already holds 2^31 timers.
+    pub fn try_insert(&mut self, deadline: u64, value: T) -> Result<Key, Full<T>> {
+        let (index, generation) = self.slab.alloc(deadline, value).map_err(Full)?;
+        self.link(index, deadline);
+        Ok(Key::new(index, generation))
+    }
+
+    /// Cancels the timer `key` names and returns its value, or `None` if the key is stale
+    /// (its timer expired or was cancelled) or was never issued by this wheel. O(1); the
+    /// slot is free for reuse at once.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let mut wheel = shardwheel::Wheel::new();
+    /// let key = wheel.insert(100, "retry");
+    /// assert_eq!(wheel.cancel(key), Some("retry"));
+    /// assert_eq!(wheel.cancel(key), None);
+    /// assert_eq!(wheel.poll_expired(1_000), None);
+    /// ```
+    pub fn cancel(&mut self, key: Key) -> Option<T> {
+        self.slab.lookup(key.index(), key.generation())?;
+        self.unlink(key.index());
+        Some(self.slab.free(key.index()))
+    }
+
+    /// Moves the timer `key` names to a new deadline, keeping its key and value. O(1).
+    /// A deadline at or before [`now`](Self::now) expires at the next poll.
+    ///
+    /// # Errors
+    ///
+    /// [`StaleKey`] if the key's timer expired or was cancelled, or the key was never issued
+    /// by this wheel; nothing is changed then.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let mut wheel = shardwheel::Wheel::new();
+    /// let idle = wheel.insert(10, "idle");
+    /// wheel.reset(idle, 50).unwrap();
+    /// assert_eq!(wheel.poll_expired(49), None);
+    /// assert_eq!(wheel.poll_expired(50).map(|e| e.value), Some("idle"));
+    /// assert!(wheel.reset(idle, 60).is_err());
+    /// ```
+    pub fn reset(&mut self, key: Key, deadline: u64) -> Result<(), StaleKey> {
+        self.slab
+            .lookup(key.index(), key.generation())
+            .ok_or(StaleKey)?;
+        self.unlink(key.index());
+        self.slab.entry_mut(key.index()).set_deadline(deadline);
+        self.link(key.index(), deadline);
+        Ok(())
+    }
+
+    /// Advances the wheel to tick `now` and takes out one timer whose deadline is at or
+    /// before `now`, or returns `None` when there is none left.
+    ///
+    /// Call it until it returns `None` to expire everything due; stop earlier to bound the
+    /// work of one pass (the rest stays due). Timers come out in the order their buckets
+    /// fall due, which is deadline order across buckets and at level 0, but not within a
+    /// bucket of a higher level. A `now` before [`now`](Self::now) is taken as `now()`: the
+    /// wheel never goes back.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let mut wheel = shardwheel::Wheel::new();
+    /// wheel.insert(70, "b");
+    /// wheel.insert(3, "a");
+    /// assert_eq!(wheel.poll_expired(2), None);
+    /// let first = wheel.poll_expired(100).unwrap();
+    /// assert_eq!((first.deadline, first.value), (3, "a"));
+    /// assert_eq!(wheel.poll_expired(100).map(|e| e.value), Some("b"));
+    /// assert_eq!(wheel.poll_expired(100), None);
+    /// ```
+    pub fn poll_expired(&mut self, now: u64) -> Option<Expired<T>> {
+        let now = now.max(self.now);
+        loop {
+            let Some((due, bucket)) = self.heap.peek().filter(|&(due, _)| due <= now) else {
+                self.now = now;
+                return None;
+            };
+            // Buckets are due after the tick they were filled at, and are taken in order.
+            debug_assert!(due >= self.now);
+            self.now = due;
+            let index = self.bucket(bucket).head;
+            self.unlink(index);
+            let entry = self.slab.entry(index);
+            let deadline = entry.deadline();
+            if deadline <= now {
+                let key = Key::new(index, entry.generation());
+                let value = self.slab.free(index);
+                return Some(Expired {
+                    key,
+                    deadline,
+                    value,
+                });
+            }
+            // Not yet due: cascade. Placed relative to `due`, it lands in a finer level in a
+            // bucket due after `due`, so this bucket stays the heap's top until emptied.
+            self.link(index, deadline);
+        }
+    }
+
+    /// An iterator that expires timers up to tick `now`: it calls
+    /// [`poll_expired`](Self::poll_expired) until that returns `None`. Dropping it early
+    /// leaves the remaining timers due.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let mut wheel = shardwheel::Wheel::new();
+    /// for i in 0..10u64 {
+    ///     wheel.insert(i, i);
+    /// }
+    /// // At most 4 expiries in this pass; the rest stay due.
+    /// assert_eq!(wheel.drain_expired(100).take(4).count(), 4);
+    /// assert_eq!(wheel.drain_expired(100).count(), 6);
+    /// ```
+    pub fn drain_expired(&mut self, now: u64) -> DrainExpired<'_, T> {
+        DrainExpired { wheel: self, now }
+    }
+
+    /// The earliest tick at which a timer can be due, or `None` if the wheel is empty.
+    ///
+    /// This is when the earliest non-empty bucket is due: exact for deadlines less than 64
+    /// ticks ahead of [`now`](Self::now) (and in general for every bucket of level 0),
+    /// otherwise the deadline rounded down to its bucket's first tick. It is never later
+    /// than the earliest deadline and never earlier than `now()`. Polling at it may expire
+    /// nothing (the bucket only cascades into finer ones); ask again afterwards. O(1).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let mut wheel = shardwheel::Wheel::new();
+    /// assert_eq!(wheel.next_deadline(), None);
+    /// wheel.insert(40, ());
+    /// assert_eq!(wheel.next_deadline(), Some(40));
+    /// wheel.insert(5_000, ());
+    /// wheel.insert(6_000, ());
+    /// assert_eq!(wheel.poll_expired(40).map(|e| e.deadline), Some(40));
+    /// // 5_000 lies in the level-2 bucket starting at 4_096.
+    /// assert_eq!(wheel.next_deadline(), Some(4_096));
+    /// assert_eq!(wheel.poll_expired(4_096), None);
+    /// assert_eq!(wheel.next_deadline(), Some(4_992)); // a level-1 bucket now
+    /// ```
+    pub fn next_deadline(&self) -> Option<u64> {
+        self.heap.peek().map(|(due, _)| due)
+    }
+
+    /// The current tick: the latest `now` the wheel was polled with.
+    pub fn now(&self) -> u64 {
+        self.now
+    }
+
+    /// The number of pending timers.
+    pub fn len(&self) -> usize {
+        self.slab.len()
+    }
+
+    /// Whether no timer is pending.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether `key` names a pending timer.
+    pub fn contains(&self, key: Key) -> bool {
+        self.slab.lookup(key.index(), key.generation()).is_some()
+    }
+
+    /// The value of the pending timer `key` names, if the key is current.
+    pub fn get(&self, key: Key) -> Option<&T> {
+        self.slab.lookup(key.index(), key.generation())?;
+        Some(self.slab.value(key.index()))
+    }
+
+    /// The value of the pending timer `key` names, mutably, if the key is current.
+    pub fn get_mut(&mut self, key: Key) -> Option<&mut T> {
+        self.slab.lookup(key.index(), key.generation())?;
+        Some(self.slab.value_mut(key.index()))
+    }
+
+    /// The deadline of the pending timer `key` names, if the key is current.
+    pub fn deadline(&self, key: Key) -> Option<u64> {
+        self.slab
+            .lookup(key.index(), key.generation())
+            .map(|entry| entry.deadline())
+    }
+
+    fn bucket(&self, bucket: usize) -> &level::Bucket {
+        &self.levels[bucket / SLOTS][bucket % SLOTS]
+    }
+
+    fn bucket_mut(&mut self, bucket: usize) -> &mut level::Bucket {
+        &mut self.levels[bucket / SLOTS][bucket % SLOTS]
+    }
+
+    /// Pushes entry `index` on the front of the bucket its deadline belongs in.
+    fn link(&mut self, index: u32, deadline: u64) {
+        let placement = place(self.now, deadline);
+        if placement.level >= self.levels.len() {
+            self.levels.resize(placement.level + 1, EMPTY_LEVEL);
+        }
+        let bucket_number = placement.bucket();
+        let bucket = self.bucket_mut(bucket_number);
+        let old_head = std::mem::replace(&mut bucket.head, index);
+        if old_head == NIL && !bucket.queued {
+            bucket.queued = true;
+            bucket.due = placement.due;
+            self.heap.push(placement.due, bucket_number);
+        } else {
+            // A bucket's range, hence its due tick, is fixed from when it is filled until
+            // the wheel reaches it (see `level`).
+            debug_assert_eq!(bucket.due, placement.due);
+        }
+        if old_head != NIL {
+            self.slab.entry_mut(old_head).prev = index;
+        }
+        let entry = self.slab.entry_mut(index);
+        entry.prev = BUCKET_TAG | bucket_number as u32;
+        entry.next = old_head;
+    }
+
+    /// Takes entry `index` out of its bucket's list.
+    fn unlink(&mut self, index: u32) {
+        let entry = self.slab.entry(index);
+        let (prev, next) = (entry.prev, entry.next);
+        if next != NIL {
+            self.slab.entry_mut(next).prev = prev;
+        }
+        if prev & BUCKET_TAG == 0 {
+            self.slab.entry_mut(prev).next = next;
+            return;
+        }
+        let bucket = (prev & !BUCKET_TAG) as usize;
+        self.bucket_mut(bucket).head = next;
+        if next == NIL {
+            self.settle_heap();
+        }
+    }
+
+    /// Restores "the heap's top is a non-empty bucket" after a bucket emptied.
+    fn settle_heap(&mut self) {
+        while let Some((_, bucket)) = self.heap.peek() {
+            let bucket = self.bucket_mut(bucket);
+            if bucket.head != NIL {
+                return;
+            }
+            bucket.queued = false;
+            self.heap.pop();
+        }
+    }
+}
+
+impl<T> Default for Wheel<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<T> std::fmt::Debug for Wheel<T> {
+    /// A summary: counts and ticks, never the entries themselves.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Wheel")
+            .field("len", &self.len())
+            .field("now", &self.now)
+            .field("next_deadline", &self.next_deadline())
+            .field("levels", &self.levels.len())
+            .field("queued_buckets", &self.heap.len())
+            .finish()
+    }
+}
+
+/// Iterator returned by [`Wheel::drain_expired`].
+#[derive(Debug)]
+pub struct DrainExpired<'a, T> {
+    wheel: &'a mut Wheel<T>,
+    now: u64,
+}
+
+impl<T> Iterator for DrainExpired<'_, T> {
+    type Item = Expired<T>;
+
+    fn next(&mut self) -> Option<Expired<T>> {
+        self.wheel.poll_expired(self.now)
+    }
+}
+
+#[cfg(test)]
+mod tests;
