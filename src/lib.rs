@@ -35,5 +35,10 @@ mod slab;
 mod wheel;
 
 pub use error::{Full, StaleKey};
+
+/// The README's example, compiled and run as a doc test.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
 pub use handle::Key;
 pub use wheel::{DrainExpired, Expired, Wheel};
