@@ -53,10 +53,12 @@ impl Timers for Wheel<u64> {
     type Handle = Key;
     const NAME: &'static str = "shardwheel";
 
+    #[inline]
     fn schedule(&mut self, delay_ms: u64, value: u64) -> Key {
         self.insert(self.now() + delay_ms, value)
     }
 
+    #[inline]
     fn cancel(&mut self, key: Key) -> Option<u64> {
         Wheel::cancel(self, key)
     }
@@ -66,10 +68,12 @@ impl Timers for tokio_util::time::DelayQueue<u64> {
     type Handle = tokio_util::time::delay_queue::Key;
     const NAME: &'static str = "tokio-delayqueue";
 
+    #[inline]
     fn schedule(&mut self, delay_ms: u64, value: u64) -> Self::Handle {
         self.insert(value, Duration::from_millis(delay_ms))
     }
 
+    #[inline]
     fn cancel(&mut self, key: Self::Handle) -> Option<u64> {
         self.try_remove(&key).map(|expired| expired.into_inner())
     }
@@ -86,6 +90,7 @@ impl Timers for LazyHeap {
     type Handle = u64;
     const NAME: &'static str = "binaryheap";
 
+    #[inline]
     fn schedule(&mut self, delay_ms: u64, value: u64) -> u64 {
         let id = self.next_id;
         self.next_id += 1;
@@ -95,6 +100,7 @@ impl Timers for LazyHeap {
         id
     }
 
+    #[inline]
     fn cancel(&mut self, id: u64) -> Option<u64> {
         self.values.remove(&id)
     }
@@ -102,36 +108,98 @@ impl Timers for LazyHeap {
 
 const ITERATIONS: usize = 2_000_000;
 const TIME_BOUND: Duration = Duration::from_secs(5);
+/// The iterations are run in segments, the implementations taking turns, so that a
+/// change in the machine's speed (it is shared and noisy) hits all of them alike; each
+/// figure is the median of its segments.
+const SEGMENTS: usize = 8;
 
-/// W1 at pending count `pending`: returns iterations per second.
-fn churn<T: Timers>(timers: &mut T, pending: usize) -> f64 {
-    let mut rng = SplitMix64(42);
-    let mut handles: Vec<T::Handle> = (0..pending)
-        .map(|i| timers.schedule(rng.between(1_000, 60_000), i as u64))
-        .collect();
-    let start = Instant::now();
-    let mut done = 0;
-    while done < ITERATIONS {
-        for _ in 0..1024 {
-            let fresh = timers.schedule(rng.between(1, 60_000), done as u64);
-            let victim = rng.between(0, pending as u64 - 1) as usize;
-            let cancelled = timers.cancel(std::mem::replace(&mut handles[victim], fresh));
-            assert!(cancelled.is_some(), "{}: a pending timer was lost", T::NAME);
-            black_box(cancelled);
-            done += 1;
-        }
-        if start.elapsed() > TIME_BOUND {
-            break;
-        }
-    }
-    done as f64 / start.elapsed().as_secs_f64()
+/// One implementation's W1 in progress: P timers pending, a handle for each.
+struct Churn<T: Timers> {
+    timers: T,
+    handles: Vec<T::Handle>,
+    rng: SplitMix64,
+    done: usize,
+    busy: Duration,
+    rates: Vec<f64>,
 }
 
-fn run_w1<T: Timers>(make: impl Fn() -> T, pending: usize) -> f64 {
-    let mut timers = make();
-    let rate = churn(&mut timers, pending);
-    println!("RESULT W1 P={pending} {} iters_per_s={rate:.0}", T::NAME);
-    rate
+/// A W1 run of some implementation, so that runs of different types can take turns.
+trait Segmented {
+    fn name(&self) -> &'static str;
+    /// Runs one segment unless the run is over; returns whether it ran.
+    fn segment(&mut self) -> bool;
+    /// The median segment rate, in iterations per second.
+    fn rate(&mut self) -> f64;
+}
+
+impl<T: Timers> Churn<T> {
+    fn new(mut timers: T, pending: usize) -> Self {
+        let mut rng = SplitMix64(42);
+        let handles = (0..pending)
+            .map(|i| timers.schedule(rng.between(1_000, 60_000), i as u64))
+            .collect();
+        Churn {
+            timers,
+            handles,
+            rng,
+            done: 0,
+            busy: Duration::ZERO,
+            rates: Vec::new(),
+        }
+    }
+}
+
+impl<T: Timers> Segmented for Churn<T> {
+    fn name(&self) -> &'static str {
+        T::NAME
+    }
+
+    fn segment(&mut self) -> bool {
+        if self.done >= ITERATIONS || self.busy >= TIME_BOUND {
+            return false;
+        }
+        let pending = self.handles.len() as u64;
+        let start = Instant::now();
+        for i in 0..ITERATIONS / SEGMENTS {
+            let fresh = self.timers.schedule(self.rng.between(1, 60_000), i as u64);
+            let victim = self.rng.between(0, pending - 1) as usize;
+            let old = std::mem::replace(&mut self.handles[victim], fresh);
+            let cancelled = self.timers.cancel(old);
+            assert!(cancelled.is_some(), "{}: a pending timer was lost", T::NAME);
+            black_box(cancelled);
+        }
+        let took = start.elapsed();
+        self.busy += took;
+        self.done += ITERATIONS / SEGMENTS;
+        self.rates
+            .push((ITERATIONS / SEGMENTS) as f64 / took.as_secs_f64());
+        true
+    }
+
+    fn rate(&mut self) -> f64 {
+        self.rates.sort_by(f64::total_cmp);
+        self.rates[self.rates.len() / 2]
+    }
+}
+
+/// W1 at pending count `pending` for every implementation: iterations per second, by name.
+fn run_w1(pending: usize) -> Vec<(&'static str, f64)> {
+    let mut runs: Vec<Box<dyn Segmented>> = vec![
+        Box::new(Churn::new(Wheel::<u64>::new(), pending)),
+        Box::new(Churn::new(
+            tokio_util::time::DelayQueue::<u64>::new(),
+            pending,
+        )),
+        Box::new(Churn::new(LazyHeap::default(), pending)),
+    ];
+    while runs.iter_mut().fold(false, |ran, run| run.segment() | ran) {}
+    runs.iter_mut()
+        .map(|run| {
+            let rate = run.rate();
+            println!("RESULT W1 P={pending} {} iters_per_s={rate:.0}", run.name());
+            (run.name(), rate)
+        })
+        .collect()
 }
 
 /// Resident and peak resident set size in bytes, from /proc/self/status.
@@ -175,7 +243,6 @@ fn load_average() -> String {
 }
 
 fn main() {
-    // `cargo bench` passes `--bench`; anything else (a test harness probing) is ignored.
     let pendings: Vec<usize> = std::env::var("CHURN_PENDING")
         .ok()
         .map(|v| v.split(',').filter_map(|p| p.trim().parse().ok()).collect())
@@ -191,12 +258,9 @@ fn main() {
     let _guard = runtime.enter();
     let mut rates: HashMap<(&str, usize), f64> = HashMap::new();
     for &pending in &pendings {
-        rates.insert(("shardwheel", pending), run_w1(Wheel::<u64>::new, pending));
-        rates.insert(
-            ("tokio-delayqueue", pending),
-            run_w1(tokio_util::time::DelayQueue::<u64>::new, pending),
-        );
-        rates.insert(("binaryheap", pending), run_w1(LazyHeap::default, pending));
+        for (name, rate) in run_w1(pending) {
+            rates.insert((name, pending), rate);
+        }
         let ours = rates[&("shardwheel", pending)];
         println!(
             "RESULT W1 P={pending} shardwheel vs_delayqueue={:.2} vs_binaryheap={:.2}",

@@ -13,6 +13,7 @@
 //! would wrap around is retired instead of reused, so no key can ever match a later
 //! occupant: the ABA problem is closed at the cost of one entry per 2^31 reuses of a slot.
 
+use std::alloc::{self, Layout};
 use std::mem::MaybeUninit;
 
 /// "No entry": the end of a bucket list or of the free list.
@@ -56,19 +57,31 @@ impl<T> Entry<T> {
     }
 }
 
-/// Where a slot lives: (chunk, offset in chunk).
-fn locate(index: u32) -> (usize, usize) {
+/// The chunk slot `index` lives in.
+#[inline]
+fn chunk_of(index: u32) -> usize {
     let shifted = u64::from(index) + (1 << FIRST_CHUNK_BITS);
-    let chunk = 63 - shifted.leading_zeros() - FIRST_CHUNK_BITS;
-    let offset = shifted - (1 << (chunk + FIRST_CHUNK_BITS));
-    (chunk as usize, offset as usize)
+    (63 - shifted.leading_zeros() - FIRST_CHUNK_BITS) as usize
+}
+
+/// The index of chunk `chunk`'s first slot.
+fn first_index(chunk: usize) -> usize {
+    (1 << (chunk + FIRST_CHUNK_BITS as usize)) - (1 << FIRST_CHUNK_BITS)
+}
+
+fn chunk_layout<T>(chunk: usize) -> Option<Layout> {
+    Layout::array::<Entry<T>>(1 << (chunk + FIRST_CHUNK_BITS as usize)).ok()
 }
 
 /// Entries in never-moving chunks, with a free list and per-slot generations.
 pub(crate) struct Slab<T> {
+    /// Chunk `c`'s allocation, offset back by `first_index(c)` entries, so that slot `i` of
+    /// chunk `c` is at `bases[c].wrapping_add(i)`: one load and one add from index to
+    /// address, with no per-chunk offset to subtract.
+    ///
     /// Invariant: every slot with index `< initialized` is an initialised `Entry`, whose
     /// `value` is initialised exactly when its generation is odd.
-    chunks: Vec<Box<[MaybeUninit<Entry<T>>]>>,
+    bases: Vec<*mut Entry<T>>,
     /// Slots ever handed out; slots at and above this index are raw memory.
     initialized: u32,
     /// Head of the free list (`NIL` when empty).
@@ -77,10 +90,17 @@ pub(crate) struct Slab<T> {
     occupied: u32,
 }
 
+// SAFETY: the slab owns its entries and the chunks they live in exclusively, as a
+// `Vec<T>` does; the raw pointers are never shared outside it. Sending it sends the `T`s,
+// and sharing it only hands out `&T`.
+unsafe impl<T: Send> Send for Slab<T> {}
+// SAFETY: as above: `&Slab<T>` gives access to nothing but `&T` and plain data.
+unsafe impl<T: Sync> Sync for Slab<T> {}
+
 impl<T> Slab<T> {
     pub(crate) const fn new() -> Self {
         Slab {
-            chunks: Vec::new(),
+            bases: Vec::new(),
             initialized: 0,
             free_head: NIL,
             occupied: 0,
@@ -97,45 +117,80 @@ impl<T> Slab<T> {
         self.initialized
     }
 
-    /// Stores `value` and returns its slot and generation, or hands `value` back when all
-    /// `MAX_SLOTS` slots are taken.
-    pub(crate) fn alloc(&mut self, deadline: u64, value: T) -> Result<(u32, u32), T> {
-        let index = if self.free_head != NIL {
-            let index = self.free_head;
-            let entry = self.entry_mut(index);
-            debug_assert!(!entry.is_occupied());
-            entry.value.write(value);
-            entry.generation = entry.generation.wrapping_add(1);
-            self.free_head = entry.next;
-            index
-        } else {
-            if self.initialized == MAX_SLOTS {
-                return Err(value);
-            }
-            let index = self.initialized;
-            let (chunk, offset) = locate(index);
-            if chunk == self.chunks.len() {
-                self.chunks.push(Box::new_uninit_slice(
-                    1 << (chunk as u32 + FIRST_CHUNK_BITS),
-                ));
-            }
-            self.chunks[chunk][offset].write(Entry {
-                value: MaybeUninit::new(value),
-                deadline: [0; 2],
-                prev: NIL,
-                next: NIL,
-                generation: 1,
-            });
-            self.initialized += 1;
-            index
-        };
-        self.occupied += 1;
+    /// Stores a new entry with its deadline, value and links, and returns its slot and
+    /// generation; or hands `value` back when all `MAX_SLOTS` slots are taken.
+    #[inline]
+    pub(crate) fn alloc(
+        &mut self,
+        deadline: u64,
+        value: T,
+        prev: u32,
+        next: u32,
+    ) -> Result<(u32, u32), T> {
+        let index = self.free_head;
+        if index == NIL {
+            return self.alloc_fresh(deadline, value, prev, next);
+        }
         let entry = self.entry_mut(index);
+        debug_assert!(!entry.is_occupied());
+        let free_next = entry.next;
+        entry.value.write(value);
+        entry.generation = entry.generation.wrapping_add(1);
         entry.set_deadline(deadline);
-        Ok((index, entry.generation))
+        entry.prev = prev;
+        entry.next = next;
+        let generation = entry.generation;
+        self.free_head = free_next;
+        self.occupied += 1;
+        Ok((index, generation))
+    }
+
+    /// `alloc` when the free list is empty: the next never-used slot, in a new chunk if the
+    /// last one is full.
+    #[inline(never)]
+    fn alloc_fresh(
+        &mut self,
+        deadline: u64,
+        value: T,
+        prev: u32,
+        next: u32,
+    ) -> Result<(u32, u32), T> {
+        if self.initialized == MAX_SLOTS {
+            return Err(value);
+        }
+        let index = self.initialized;
+        let chunk = chunk_of(index);
+        if chunk == self.bases.len() {
+            let Some(layout) = chunk_layout::<T>(chunk) else {
+                return Err(value);
+            };
+            // SAFETY: an `Entry` is at least 20 bytes, so the layout is not zero-sized.
+            let memory = unsafe { alloc::alloc(layout) }.cast::<Entry<T>>();
+            if memory.is_null() {
+                alloc::handle_alloc_error(layout);
+            }
+            self.bases.push(memory.wrapping_sub(first_index(chunk)));
+        }
+        let mut entry = Entry {
+            value: MaybeUninit::new(value),
+            deadline: [0; 2],
+            prev,
+            next,
+            generation: 1,
+        };
+        entry.set_deadline(deadline);
+        // SAFETY: `index` lies in chunk `chunk`, which is allocated (just above, or earlier
+        // since chunks are made in order), so the pointer is in bounds of that allocation
+        // and suitably aligned; the slot is uninitialised, so nothing is overwritten
+        // without being dropped. Afterwards `index < initialized` holds the invariant.
+        unsafe { self.bases[chunk].wrapping_add(index as usize).write(entry) };
+        self.initialized += 1;
+        self.occupied += 1;
+        Ok((index, 1))
     }
 
     /// The entry a key names, if the key is still current.
+    #[inline]
     pub(crate) fn lookup(&self, index: u32, generation: u32) -> Option<&Entry<T>> {
         if index >= self.initialized {
             return None;
@@ -147,7 +202,7 @@ impl<T> Slab<T> {
     pub(crate) fn value(&self, index: u32) -> &T {
         let entry = self.entry(index);
         assert!(entry.is_occupied(), "slab: value of a free slot");
-        // SAFETY: the slot is occupied (checked above), and by the `chunks` invariant an
+        // SAFETY: the slot is occupied (checked above), and by the `bases` invariant an
         // occupied entry's value is initialised.
         unsafe { entry.value.assume_init_ref() }
     }
@@ -160,14 +215,18 @@ impl<T> Slab<T> {
     }
 
     /// Takes the value out of an occupied slot and puts the slot on the free list, or
-    /// retires it when its generation would wrap.
-    pub(crate) fn free(&mut self, index: u32) -> T {
+    /// retires it when its generation would wrap. Returns the value and the entry's links
+    /// as they were, so that the caller can close the gap in its list without reading the
+    /// entry again.
+    #[inline]
+    pub(crate) fn free(&mut self, index: u32) -> (T, u32, u32) {
         let free_head = self.free_head;
         let entry = self.entry_mut(index);
         assert!(entry.is_occupied(), "slab: double free of slot {index}");
         // SAFETY: the slot is occupied, so its value is initialised; bumping the generation
         // to an even number below marks it uninitialised, so it is read out exactly once.
         let value = unsafe { entry.value.assume_init_read() };
+        let links = (entry.prev, entry.next);
         entry.generation = entry.generation.wrapping_add(1);
         let retired = entry.generation == 0;
         if !retired {
@@ -175,39 +234,64 @@ impl<T> Slab<T> {
             self.free_head = index;
         }
         self.occupied -= 1;
-        value
+        (value, links.0, links.1)
+    }
+
+    /// `lookup` and `free` in one: the value and links of the timer the key names, if the
+    /// key is current.
+    #[inline]
+    pub(crate) fn take(&mut self, index: u32, generation: u32) -> Option<(T, u32, u32)> {
+        self.lookup(index, generation)?;
+        Some(self.free(index))
     }
 
     /// An initialised entry. Panics on an index that was never handed out: callers pass
     /// indices taken from links or from keys already checked by `lookup`.
+    #[inline]
     pub(crate) fn entry(&self, index: u32) -> &Entry<T> {
-        assert!(index < self.initialized, "slab: slot {index} out of range");
-        let (chunk, offset) = locate(index);
-        // SAFETY: `index < initialized`, so by the `chunks` invariant the slot is an
-        // initialised `Entry`.
-        unsafe { self.chunks[chunk][offset].assume_init_ref() }
+        // SAFETY: `slot` returns a pointer to an initialised entry of this slab, and
+        // `&self` keeps the slab (so the entry) alive and unmodified for the borrow.
+        unsafe { &*self.slot(index) }
     }
 
+    #[inline]
     pub(crate) fn entry_mut(&mut self, index: u32) -> &mut Entry<T> {
-        assert!(index < self.initialized, "slab: slot {index} out of range");
-        let (chunk, offset) = locate(index);
         // SAFETY: as in `entry`; `&mut self` makes the borrow unique.
-        unsafe { self.chunks[chunk][offset].assume_init_mut() }
+        unsafe { &mut *self.slot(index) }
+    }
+
+    /// The address of initialised slot `index`; panics if it is not one.
+    #[inline]
+    fn slot(&self, index: u32) -> *mut Entry<T> {
+        assert!(index < self.initialized, "slab: slot {index} out of range");
+        let chunk = chunk_of(index);
+        // SAFETY: `index < initialized`, and chunks are made in order as `initialized`
+        // grows into them, so chunk `chunk` exists. (An unchecked index saves the bounds
+        // check that this assertion already implies.)
+        let base = unsafe { *self.bases.get_unchecked(chunk) };
+        // In bounds of chunk `chunk`'s allocation, since `index` lies in that chunk.
+        base.wrapping_add(index as usize)
     }
 }
 
 impl<T> Drop for Slab<T> {
     fn drop(&mut self) {
-        if !std::mem::needs_drop::<T>() {
-            return;
-        }
-        for index in 0..self.initialized {
-            let entry = self.entry_mut(index);
-            if entry.is_occupied() {
-                // SAFETY: occupied, so the value is initialised; the slab is going away and
-                // nothing reads this value again.
-                unsafe { entry.value.assume_init_drop() };
+        if std::mem::needs_drop::<T>() {
+            for index in 0..self.initialized {
+                let entry = self.entry_mut(index);
+                if entry.is_occupied() {
+                    // SAFETY: occupied, so the value is initialised; the slab is going away
+                    // and nothing reads this value again.
+                    unsafe { entry.value.assume_init_drop() };
+                }
             }
+        }
+        for (chunk, &base) in self.bases.iter().enumerate() {
+            let layout = chunk_layout::<T>(chunk).expect("layout was valid when allocated");
+            // SAFETY: `base + first_index(chunk)` is the pointer `alloc` returned for this
+            // chunk with this very layout, and it is freed once, here. Entries need no drop
+            // beyond their values, dropped above.
+            unsafe { alloc::dealloc(base.wrapping_add(first_index(chunk)).cast(), layout) };
         }
     }
 }
@@ -218,35 +302,36 @@ mod tests {
     use std::rc::Rc;
 
     #[test]
-    fn locate_maps_indices_to_consecutive_chunk_slots() {
-        assert_eq!(locate(0), (0, 0));
-        assert_eq!(locate(31), (0, 31));
-        assert_eq!(locate(32), (1, 0));
-        assert_eq!(locate(95), (1, 63));
-        assert_eq!(locate(96), (2, 0));
+    fn chunks_double_in_size_and_tile_the_index_range() {
+        assert_eq!((chunk_of(0), chunk_of(31), chunk_of(32)), (0, 0, 1));
+        assert_eq!((chunk_of(95), chunk_of(96)), (1, 2));
+        assert_eq!(
+            (first_index(0), first_index(1), first_index(2)),
+            (0, 32, 96)
+        );
         // Chunk 26 starts at index 2^31 - 32; the cap leaves only its first 32 slots in use.
-        assert_eq!(locate(MAX_SLOTS - 1), (26, 31));
-        // Every index lands inside its chunk, and chunk boundaries are contiguous.
-        let mut expected = (0usize, 0usize);
-        for index in 0..100_000u32 {
-            assert_eq!(locate(index), expected, "index {index}");
-            expected.1 += 1;
-            if expected.1 == 1 << (expected.0 as u32 + FIRST_CHUNK_BITS) {
-                expected = (expected.0 + 1, 0);
-            }
+        assert_eq!(chunk_of(MAX_SLOTS - 1), 26);
+        assert_eq!(first_index(26), (1 << 31) - 32);
+        for index in (0..2_000_000u32).chain([MAX_SLOTS - 33, MAX_SLOTS - 32, MAX_SLOTS - 1]) {
+            let chunk = chunk_of(index);
+            let offset = index as usize - first_index(chunk);
+            assert!(
+                offset < 1 << (chunk + FIRST_CHUNK_BITS as usize),
+                "index {index}"
+            );
         }
     }
 
     #[test]
     fn freed_slot_is_reused_with_a_new_generation() {
         let mut slab = Slab::new();
-        let (a, gen_a) = slab.alloc(5, "a").unwrap();
-        assert_eq!(slab.free(a), "a");
+        let (a, gen_a) = slab.alloc(5, "a", NIL, NIL).unwrap();
+        assert_eq!(slab.free(a).0, "a");
         assert!(
             slab.lookup(a, gen_a).is_none(),
             "stale generation must not match"
         );
-        let (b, gen_b) = slab.alloc(6, "b").unwrap();
+        let (b, gen_b) = slab.alloc(6, "b", NIL, NIL).unwrap();
         assert_eq!(b, a, "LIFO free list reuses the warm slot");
         assert_ne!(gen_b, gen_a);
         assert_eq!(slab.lookup(b, gen_b).map(Entry::deadline), Some(6));
@@ -257,7 +342,7 @@ mod tests {
     #[test]
     fn free_slot_generation_never_matches() {
         let mut slab = Slab::new();
-        let (a, generation) = slab.alloc(0, ()).unwrap();
+        let (a, generation) = slab.alloc(0, (), NIL, NIL).unwrap();
         slab.free(a);
         // The free slot's own (even) generation is not a valid key either.
         assert!(slab.lookup(a, generation + 1).is_none());
@@ -268,10 +353,10 @@ mod tests {
     #[test]
     fn slot_is_retired_when_its_generation_would_wrap() {
         let mut slab = Slab::new();
-        let (a, _) = slab.alloc(0, 1u8).unwrap();
+        let (a, _) = slab.alloc(0, 1u8, NIL, NIL).unwrap();
         slab.entry_mut(a).generation = u32::MAX;
         slab.free(a);
-        let (b, generation) = slab.alloc(0, 2u8).unwrap();
+        let (b, generation) = slab.alloc(0, 2u8, NIL, NIL).unwrap();
         assert_ne!(b, a, "a slot at the last generation is never reused");
         assert_eq!(generation, 1);
         assert!(slab.lookup(a, 0).is_none() && slab.lookup(a, u32::MAX).is_none());
@@ -281,7 +366,7 @@ mod tests {
     fn deadline_round_trips_through_halves() {
         let mut slab = Slab::new();
         for deadline in [0, 1, u64::from(u32::MAX), 1 << 32, u64::MAX - 1, u64::MAX] {
-            let (index, _) = slab.alloc(deadline, ()).unwrap();
+            let (index, _) = slab.alloc(deadline, (), NIL, NIL).unwrap();
             assert_eq!(slab.entry(index).deadline(), deadline);
         }
     }
@@ -292,9 +377,9 @@ mod tests {
         let mut slab = Slab::new();
         let mut kept = Vec::new();
         for i in 0..100u64 {
-            let (index, _) = slab.alloc(i, Rc::clone(&tracker)).unwrap();
+            let (index, _) = slab.alloc(i, Rc::clone(&tracker), NIL, NIL).unwrap();
             if i % 3 == 0 {
-                drop(slab.free(index));
+                drop(slab.free(index).0);
             } else {
                 kept.push(index);
             }

@@ -36,6 +36,7 @@ impl Placement {
 /// Places `deadline` relative to the current tick `now`. A deadline at or before `now` goes
 /// to the level-0 bucket of `now`, due at once: it fires at the next poll, with no tick
 /// added (tokio#6866 adds one).
+#[inline]
 pub(super) fn place(now: u64, deadline: u64) -> Placement {
     if deadline <= now {
         return Placement {

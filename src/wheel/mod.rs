@@ -24,7 +24,7 @@ use crate::error::{Full, StaleKey};
 use crate::handle::Key;
 use crate::slab::{NIL, Slab};
 use bucket_heap::BucketHeap;
-use level::{EMPTY_LEVEL, Level, SLOTS, place};
+use level::{EMPTY_LEVEL, Level, Placement, SLOTS, place};
 
 /// Marks a `prev` link as "this entry heads bucket N" rather than "entry N precedes it".
 /// Slab indices stay below `slab::MAX_SLOTS = 1 << 31`, so the bit is free.
@@ -119,6 +119,7 @@ impl<T> Wheel<T> {
     /// assert_eq!(wheel.get(key), Some(&'x'));
     /// assert_eq!(wheel.deadline(key), Some(5));
     /// ```
+    #[inline]
     pub fn insert(&mut self, deadline: u64, value: T) -> Key {
         match self.try_insert(deadline, value) {
             Ok(key) => key,
@@ -131,9 +132,15 @@ impl<T> Wheel<T> {
     /// # Errors
     ///
     /// [`Full`] with the value, if the wheel already holds 2^31 timers.
+    #[inline]
     pub fn try_insert(&mut self, deadline: u64, value: T) -> Result<Key, Full<T>> {
-        let (index, generation) = self.slab.alloc(deadline, value).map_err(Full)?;
-        self.link(index, deadline);
+        let (placement, old_head) = self.target(deadline);
+        let head_link = BUCKET_TAG | placement.bucket() as u32;
+        let (index, generation) = self
+            .slab
+            .alloc(deadline, value, head_link, old_head)
+            .map_err(Full)?;
+        self.push_front(placement, index, old_head);
         Ok(Key::new(index, generation))
     }
 
@@ -150,10 +157,11 @@ impl<T> Wheel<T> {
     /// assert_eq!(wheel.cancel(key), None);
     /// assert_eq!(wheel.poll_expired(1_000), None);
     /// ```
+    #[inline]
     pub fn cancel(&mut self, key: Key) -> Option<T> {
-        self.slab.lookup(key.index(), key.generation())?;
-        self.unlink(key.index());
-        Some(self.slab.free(key.index()))
+        let (value, prev, next) = self.slab.take(key.index(), key.generation())?;
+        self.close_gap(prev, next);
+        Some(value)
     }
 
     /// Moves the timer `key` names to a new deadline, keeping its key and value. O(1).
@@ -216,12 +224,12 @@ impl<T> Wheel<T> {
             debug_assert!(due >= self.now);
             self.now = due;
             let index = self.bucket(bucket).head;
-            self.unlink(index);
             let entry = self.slab.entry(index);
             let deadline = entry.deadline();
             if deadline <= now {
                 let key = Key::new(index, entry.generation());
-                let value = self.slab.free(index);
+                let (value, prev, next) = self.slab.free(index);
+                self.close_gap(prev, next);
                 return Some(Expired {
                     key,
                     deadline,
@@ -230,6 +238,7 @@ impl<T> Wheel<T> {
             }
             // Not yet due: cascade. Placed relative to `due`, it lands in a finer level in a
             // bucket due after `due`, so this bucket stays the heap's top until emptied.
+            self.unlink(index);
             self.link(index, deadline);
         }
     }
@@ -327,36 +336,60 @@ impl<T> Wheel<T> {
         &mut self.levels[bucket / SLOTS][bucket % SLOTS]
     }
 
-    /// Pushes entry `index` on the front of the bucket its deadline belongs in.
-    fn link(&mut self, index: u32, deadline: u64) {
+    /// Where an entry due at `deadline` goes, and the current head of that bucket.
+    #[inline]
+    fn target(&mut self, deadline: u64) -> (Placement, u32) {
         let placement = place(self.now, deadline);
         if placement.level >= self.levels.len() {
-            self.levels.resize(placement.level + 1, EMPTY_LEVEL);
+            self.add_levels(placement.level);
         }
+        (placement, self.bucket(placement.bucket()).head)
+    }
+
+    #[cold]
+    fn add_levels(&mut self, level: usize) {
+        self.levels.resize(level + 1, EMPTY_LEVEL);
+    }
+
+    /// Pushes the existing entry `index` on the front of the bucket its deadline belongs in.
+    fn link(&mut self, index: u32, deadline: u64) {
+        let (placement, old_head) = self.target(deadline);
+        let entry = self.slab.entry_mut(index);
+        entry.prev = BUCKET_TAG | placement.bucket() as u32;
+        entry.next = old_head;
+        self.push_front(placement, index, old_head);
+    }
+
+    /// Makes entry `index`, already linked in front of `old_head`, the head of the bucket,
+    /// and queues the bucket on the heap if it was empty and unqueued.
+    #[inline]
+    fn push_front(&mut self, placement: Placement, index: u32, old_head: u32) {
         let bucket_number = placement.bucket();
         let bucket = self.bucket_mut(bucket_number);
-        let old_head = std::mem::replace(&mut bucket.head, index);
+        bucket.head = index;
         if old_head == NIL && !bucket.queued {
             bucket.queued = true;
             bucket.due = placement.due;
             self.heap.push(placement.due, bucket_number);
-        } else {
-            // A bucket's range, hence its due tick, is fixed from when it is filled until
-            // the wheel reaches it (see `level`).
-            debug_assert_eq!(bucket.due, placement.due);
+            return;
         }
+        // A bucket's range, hence its due tick, is fixed from when it is filled until the
+        // wheel reaches it (see `level`).
+        debug_assert_eq!(bucket.due, placement.due);
         if old_head != NIL {
             self.slab.entry_mut(old_head).prev = index;
         }
-        let entry = self.slab.entry_mut(index);
-        entry.prev = BUCKET_TAG | bucket_number as u32;
-        entry.next = old_head;
     }
 
     /// Takes entry `index` out of its bucket's list.
     fn unlink(&mut self, index: u32) {
         let entry = self.slab.entry(index);
-        let (prev, next) = (entry.prev, entry.next);
+        self.close_gap(entry.prev, entry.next);
+    }
+
+    /// Joins the neighbours of an entry leaving its list, given its links.
+    #[inline]
+    fn close_gap(&mut self, prev: u32, next: u32) {
         if next != NIL {
             self.slab.entry_mut(next).prev = prev;
         }
@@ -372,6 +405,7 @@ impl<T> Wheel<T> {
     }
 
     /// Restores "the heap's top is a non-empty bucket" after a bucket emptied.
+    #[inline(never)]
     fn settle_heap(&mut self) {
         while let Some((_, bucket)) = self.heap.peek() {
             let bucket = self.bucket_mut(bucket);
