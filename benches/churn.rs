@@ -109,9 +109,10 @@ impl Timers for LazyHeap {
 const ITERATIONS: usize = 2_000_000;
 const TIME_BOUND: Duration = Duration::from_secs(5);
 /// The iterations are run in segments, the implementations taking turns, so that a
-/// change in the machine's speed (it is shared and noisy) hits all of them alike; each
-/// figure is the median of its segments.
-const SEGMENTS: usize = 8;
+/// change in the machine's speed (it is shared and noisy: its memory bandwidth and L3 swing
+/// by 2x within seconds here) hits all of them alike. Rates are medians of the segments;
+/// ratios are medians of the per-round ratios, each taken between segments run side by side.
+const SEGMENTS: usize = 16;
 
 /// One implementation's W1 in progress: P timers pending, a handle for each.
 struct Churn<T: Timers> {
@@ -128,8 +129,13 @@ trait Segmented {
     fn name(&self) -> &'static str;
     /// Runs one segment unless the run is over; returns whether it ran.
     fn segment(&mut self) -> bool;
-    /// The median segment rate, in iterations per second.
-    fn rate(&mut self) -> f64;
+    /// Iterations per second of each segment run so far.
+    fn rates(&self) -> &[f64];
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
 }
 
 impl<T: Timers> Churn<T> {
@@ -176,13 +182,13 @@ impl<T: Timers> Segmented for Churn<T> {
         true
     }
 
-    fn rate(&mut self) -> f64 {
-        self.rates.sort_by(f64::total_cmp);
-        self.rates[self.rates.len() / 2]
+    fn rates(&self) -> &[f64] {
+        &self.rates
     }
 }
 
-/// W1 at pending count `pending` for every implementation: iterations per second, by name.
+/// W1 at pending count `pending` for every implementation, printing each one's rate and
+/// shardwheel's ratio to each peer; returns the rates by name.
 fn run_w1(pending: usize) -> Vec<(&'static str, f64)> {
     let mut runs: Vec<Box<dyn Segmented>> = vec![
         Box::new(Churn::new(Wheel::<u64>::new(), pending)),
@@ -193,13 +199,23 @@ fn run_w1(pending: usize) -> Vec<(&'static str, f64)> {
         Box::new(Churn::new(LazyHeap::default(), pending)),
     ];
     while runs.iter_mut().fold(false, |ran, run| run.segment() | ran) {}
-    runs.iter_mut()
-        .map(|run| {
-            let rate = run.rate();
-            println!("RESULT W1 P={pending} {} iters_per_s={rate:.0}", run.name());
-            (run.name(), rate)
+    let rates: Vec<_> = runs
+        .iter()
+        .map(|run| (run.name(), median(run.rates().to_vec())))
+        .collect();
+    for (name, rate) in &rates {
+        println!("RESULT W1 P={pending} {name} iters_per_s={rate:.0}");
+    }
+    let ours = runs[0].rates();
+    let ratios: Vec<String> = runs[1..]
+        .iter()
+        .map(|peer| {
+            let paired = ours.iter().zip(peer.rates()).map(|(a, b)| a / b);
+            format!("vs_{}={:.2}", peer.name(), median(paired.collect()))
         })
-        .collect()
+        .collect();
+    println!("RESULT W1 P={pending} shardwheel {}", ratios.join(" "));
+    rates
 }
 
 /// Resident and peak resident set size in bytes, from /proc/self/status.
@@ -261,12 +277,6 @@ fn main() {
         for (name, rate) in run_w1(pending) {
             rates.insert((name, pending), rate);
         }
-        let ours = rates[&("shardwheel", pending)];
-        println!(
-            "RESULT W1 P={pending} shardwheel vs_delayqueue={:.2} vs_binaryheap={:.2}",
-            ours / rates[&("tokio-delayqueue", pending)],
-            ours / rates[&("binaryheap", pending)]
-        );
     }
     if let (Some(&small), Some(&large)) = (pendings.first(), pendings.last()) {
         for name in ["shardwheel", "tokio-delayqueue", "binaryheap"] {

@@ -24,7 +24,7 @@ use crate::error::{Full, StaleKey};
 use crate::handle::Key;
 use crate::slab::{NIL, Slab};
 use bucket_heap::BucketHeap;
-use level::{EMPTY_LEVEL, Level, Placement, SLOTS, place};
+use level::{Bucket, EMPTY_LEVEL, Level, Placement, SLOTS, place};
 
 /// Marks a `prev` link as "this entry heads bucket N" rather than "entry N precedes it".
 /// Slab indices stay below `slab::MAX_SLOTS = 1 << 31`, so the bit is free.
@@ -134,13 +134,14 @@ impl<T> Wheel<T> {
     /// [`Full`] with the value, if the wheel already holds 2^31 timers.
     #[inline]
     pub fn try_insert(&mut self, deadline: u64, value: T) -> Result<Key, Full<T>> {
-        let (placement, old_head) = self.target(deadline);
+        let placement = place(self.now, deadline);
+        let bucket = bucket_for(&mut self.levels, placement);
         let head_link = BUCKET_TAG | placement.bucket() as u32;
         let (index, generation) = self
             .slab
-            .alloc(deadline, value, head_link, old_head)
+            .alloc(deadline, value, head_link, bucket.head)
             .map_err(Full)?;
-        self.push_front(placement, index, old_head);
+        push_front(bucket, &mut self.slab, &mut self.heap, placement, index);
         Ok(Key::new(index, generation))
     }
 
@@ -328,57 +329,22 @@ impl<T> Wheel<T> {
             .map(|entry| entry.deadline())
     }
 
-    fn bucket(&self, bucket: usize) -> &level::Bucket {
+    fn bucket(&self, bucket: usize) -> &Bucket {
         &self.levels[bucket / SLOTS][bucket % SLOTS]
     }
 
-    fn bucket_mut(&mut self, bucket: usize) -> &mut level::Bucket {
+    fn bucket_mut(&mut self, bucket: usize) -> &mut Bucket {
         &mut self.levels[bucket / SLOTS][bucket % SLOTS]
-    }
-
-    /// Where an entry due at `deadline` goes, and the current head of that bucket.
-    #[inline]
-    fn target(&mut self, deadline: u64) -> (Placement, u32) {
-        let placement = place(self.now, deadline);
-        if placement.level >= self.levels.len() {
-            self.add_levels(placement.level);
-        }
-        (placement, self.bucket(placement.bucket()).head)
-    }
-
-    #[cold]
-    fn add_levels(&mut self, level: usize) {
-        self.levels.resize(level + 1, EMPTY_LEVEL);
     }
 
     /// Pushes the existing entry `index` on the front of the bucket its deadline belongs in.
     fn link(&mut self, index: u32, deadline: u64) {
-        let (placement, old_head) = self.target(deadline);
+        let placement = place(self.now, deadline);
+        let bucket = bucket_for(&mut self.levels, placement);
         let entry = self.slab.entry_mut(index);
         entry.prev = BUCKET_TAG | placement.bucket() as u32;
-        entry.next = old_head;
-        self.push_front(placement, index, old_head);
-    }
-
-    /// Makes entry `index`, already linked in front of `old_head`, the head of the bucket,
-    /// and queues the bucket on the heap if it was empty and unqueued.
-    #[inline]
-    fn push_front(&mut self, placement: Placement, index: u32, old_head: u32) {
-        let bucket_number = placement.bucket();
-        let bucket = self.bucket_mut(bucket_number);
-        bucket.head = index;
-        if old_head == NIL && !bucket.queued {
-            bucket.queued = true;
-            bucket.due = placement.due;
-            self.heap.push(placement.due, bucket_number);
-            return;
-        }
-        // A bucket's range, hence its due tick, is fixed from when it is filled until the
-        // wheel reaches it (see `level`).
-        debug_assert_eq!(bucket.due, placement.due);
-        if old_head != NIL {
-            self.slab.entry_mut(old_head).prev = index;
-        }
+        entry.next = bucket.head;
+        push_front(bucket, &mut self.slab, &mut self.heap, placement, index);
     }
 
     /// Takes entry `index` out of its bucket's list.
@@ -415,6 +381,46 @@ impl<T> Wheel<T> {
             bucket.queued = false;
             self.heap.pop();
         }
+    }
+}
+
+/// The bucket `placement` names, adding levels up to its level if they are missing.
+#[inline]
+fn bucket_for(levels: &mut Vec<Level>, placement: Placement) -> &mut Bucket {
+    if placement.level >= levels.len() {
+        add_levels(levels, placement.level);
+    }
+    &mut levels[placement.level][placement.slot]
+}
+
+#[cold]
+fn add_levels(levels: &mut Vec<Level>, level: usize) {
+    levels.resize(level + 1, EMPTY_LEVEL);
+}
+
+/// Makes entry `index`, already linked in front of the bucket's current head, the new
+/// head, and queues the bucket on the heap if it was empty and unqueued. (A free function
+/// over the wheel's parts, so that the caller's borrow of `bucket` can stay live.)
+#[inline]
+fn push_front<T>(
+    bucket: &mut Bucket,
+    slab: &mut Slab<T>,
+    heap: &mut BucketHeap,
+    placement: Placement,
+    index: u32,
+) {
+    let old_head = std::mem::replace(&mut bucket.head, index);
+    if old_head == NIL && !bucket.queued {
+        bucket.queued = true;
+        bucket.due = placement.due;
+        heap.push(placement.due, placement.bucket());
+        return;
+    }
+    // A bucket's range, hence its due tick, is fixed from when it is filled until the
+    // wheel reaches it (see `level`).
+    debug_assert_eq!(bucket.due, placement.due);
+    if old_head != NIL {
+        slab.entry_mut(old_head).prev = index;
     }
 }
 
