@@ -39,3 +39,71 @@ impl<T> fmt::Display for Full<T> {
 }
 
 impl<T> std::error::Error for Full<T> {}
+
+/// Why [`Timer::schedule`](crate::Timer::schedule) refused a timer; the payload (the
+/// callback) is handed back, so nothing is dropped silently.
+pub enum ScheduleError<T> {
+    /// `max_pending` timers are pending (or a shard's 2^31 slots are in use).
+    Full(T),
+    /// The timer was shut down.
+    Shutdown(T),
+}
+
+impl<T> ScheduleError<T> {
+    /// The payload that was not scheduled.
+    pub fn into_inner(self) -> T {
+        match self {
+            ScheduleError::Full(payload) | ScheduleError::Shutdown(payload) => payload,
+        }
+    }
+}
+
+impl<T> fmt::Debug for ScheduleError<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ScheduleError::Full(_) => "Full(..)",
+            ScheduleError::Shutdown(_) => "Shutdown(..)",
+        })
+    }
+}
+
+impl<T> fmt::Display for ScheduleError<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ScheduleError::Full(_) => "too many pending timers (max_pending reached)",
+            ScheduleError::Shutdown(_) => "the timer was shut down",
+        })
+    }
+}
+
+impl<T> std::error::Error for ScheduleError<T> {}
+
+/// Why [`Builder::build`](crate::Builder::build) failed.
+#[derive(Debug)]
+pub enum BuildError {
+    /// The shard count must be between 1 and `u32::MAX`.
+    Shards(usize),
+    /// The tick must be longer than zero.
+    ZeroTick,
+    /// A reaper thread could not be started.
+    Thread(std::io::Error),
+}
+
+impl fmt::Display for BuildError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BuildError::Shards(n) => write!(f, "invalid shard count {n}: at least one is needed"),
+            BuildError::ZeroTick => f.write_str("the tick must be longer than zero"),
+            BuildError::Thread(error) => write!(f, "cannot start a reaper thread: {error}"),
+        }
+    }
+}
+
+impl std::error::Error for BuildError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            BuildError::Thread(error) => Some(error),
+            _ => None,
+        }
+    }
+}

@@ -68,6 +68,57 @@ impl std::fmt::Debug for Key {
     }
 }
 
+/// Names one timer of a [`Timer`](crate::Timer): the timer, the shard, the slot and the
+/// generation it was issued at.
+///
+/// Like a [`Key`], it stays valid until its timer fires or is cancelled; after that
+/// [`Timer::cancel`](crate::Timer::cancel) with it returns false, even once the slot holds
+/// another timer, and so does a handle of another `Timer`.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct TimerHandle {
+    timer: u32,
+    shard: u32,
+    slot: u32,
+    generation: u32,
+}
+
+impl TimerHandle {
+    pub(crate) const fn new(timer: u32, shard: u32, slot: u32, generation: u32) -> Self {
+        TimerHandle {
+            timer,
+            shard,
+            slot,
+            generation,
+        }
+    }
+
+    pub(crate) const fn timer(self) -> u32 {
+        self.timer
+    }
+
+    pub(crate) const fn shard(self) -> u32 {
+        self.shard
+    }
+
+    pub(crate) const fn slot(self) -> u32 {
+        self.slot
+    }
+
+    pub(crate) const fn generation(self) -> u32 {
+        self.generation
+    }
+}
+
+impl std::fmt::Debug for TimerHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "TimerHandle({}:{}:{}v{})",
+            self.timer, self.shard, self.slot, self.generation
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::Key;

@@ -29,16 +29,22 @@
 //! The modules, each in its own file: `wheel` (levels, buckets, the bucket heap), `slab`
 //! (entries and generations), `handle` (keys), `error`.
 
+mod clock;
 mod error;
 mod handle;
+mod inbox;
+mod shard;
 mod slab;
+mod slots;
+mod timer;
 mod wheel;
 
-pub use error::{Full, StaleKey};
+pub use error::{BuildError, Full, ScheduleError, StaleKey};
 
 /// The README's example, compiled and run as a doc test.
 #[doc = include_str!("../README.md")]
 #[cfg(doctest)]
 pub struct ReadmeDoctests;
-pub use handle::Key;
+pub use handle::{Key, TimerHandle};
+pub use timer::{Builder, Callback, Timer};
 pub use wheel::{DrainExpired, Expired, Wheel};

@@ -1,0 +1,114 @@
+//! A lock-free multi-producer, single-consumer list of slots, intrusive through a link
+//! field of each slot: the way producer threads hand timers (and cancellations) to a
+//! shard's reaper without a lock and without allocating.
+//!
+//! Producers push with a compare-and-swap on the head (a Treiber stack push); the reaper
+//! takes the whole list at once with a swap, so it never contends with more than the one
+//! CAS in flight and needs no per-message synchronisation. Pushes cannot suffer ABA: a push
+//! only ever links in front of the head it read and succeeds only if that is still the head.
+//! The list comes out newest first; the reaper does not depend on the order.
+//!
+//! Closing swaps in a sentinel that no push gets past, so that at shutdown every timer is
+//! either in the list the reaper took last or was refused to its producer: none is lost.
+
+use crate::slab::NIL;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// The head of a closed list. Slot indices stay below `slots::MAX_SLOTS`, so this is free.
+const CLOSED: u32 = u32::MAX - 1;
+
+/// The list was closed: the reaper is gone.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Closed;
+
+#[derive(Debug)]
+pub(crate) struct Inbox {
+    head: AtomicU32,
+}
+
+impl Inbox {
+    pub(crate) const fn new() -> Self {
+        Inbox {
+            head: AtomicU32::new(NIL),
+        }
+    }
+
+    /// Pushes slot `index`, whose link field is `link`. Returns whether the list was empty
+    /// (the reaper may want waking), or `Closed`.
+    pub(crate) fn push(&self, index: u32, link: &AtomicU32) -> Result<bool, Closed> {
+        let mut head = self.head.load(Ordering::Relaxed);
+        loop {
+            if head == CLOSED {
+                return Err(Closed);
+            }
+            link.store(head, Ordering::Relaxed);
+            // SeqCst: Release publishes the slot (its payload, deadline, link) to the reaper's
+            // Acquire swap; the total order is what the park handshake needs (see `shard`).
+            match self
+                .head
+                .compare_exchange_weak(head, index, Ordering::SeqCst, Ordering::Relaxed)
+            {
+                Ok(_) => return Ok(head == NIL),
+                Err(current) => head = current,
+            }
+        }
+    }
+
+    /// Takes every slot pushed so far: the newest's index, or `NIL`. Then follow the links.
+    /// Only the consumer calls it, and never after `close`.
+    pub(crate) fn take_all(&self) -> u32 {
+        // SeqCst: Acquire pairs with the pushes' Release (see `push`).
+        let head = self.head.swap(NIL, Ordering::SeqCst);
+        debug_assert_ne!(head, CLOSED, "take_all after close");
+        head
+    }
+
+    /// Whether anything waits in the list. The reaper's last look before it parks.
+    pub(crate) fn is_empty(&self) -> bool {
+        // SeqCst: pairs with the push in the park handshake (see `shard`).
+        matches!(self.head.load(Ordering::SeqCst), NIL | CLOSED)
+    }
+
+    /// Refuses every later push and returns what was pushed before, as `take_all` does.
+    pub(crate) fn close(&self) -> u32 {
+        // Acquire: see everything the last pushes published.
+        match self.head.swap(CLOSED, Ordering::Acquire) {
+            CLOSED => NIL,
+            head => head,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn takes_everything_pushed_newest_first() {
+        let links: Vec<AtomicU32> = (0..3).map(|_| AtomicU32::new(0)).collect();
+        let inbox = Inbox::new();
+        assert!(inbox.is_empty());
+        assert_eq!(inbox.push(0, &links[0]), Ok(true));
+        assert_eq!(inbox.push(2, &links[2]), Ok(false));
+        assert!(!inbox.is_empty());
+        let mut order = Vec::new();
+        let mut at = inbox.take_all();
+        while at != NIL {
+            order.push(at);
+            at = links[at as usize].load(Ordering::Relaxed);
+        }
+        assert_eq!(order, [2, 0]);
+        assert_eq!(inbox.take_all(), NIL);
+    }
+
+    #[test]
+    fn a_closed_inbox_refuses_pushes_and_hands_back_the_rest() {
+        let links: Vec<AtomicU32> = (0..2).map(|_| AtomicU32::new(0)).collect();
+        let inbox = Inbox::new();
+        inbox.push(1, &links[1]).unwrap();
+        assert_eq!(inbox.close(), 1);
+        assert_eq!(inbox.push(0, &links[0]), Err(Closed));
+        assert!(inbox.is_empty());
+        assert_eq!(inbox.close(), NIL);
+    }
+}

@@ -1,0 +1,352 @@
+//! A shard's shared slab: timer slots that any thread may take and look up, and that only
+//! the shard's reaper gives back.
+//!
+//! Slots live in chunks that never move (chunk `c` holds `64 << c` slots), installed with a
+//! compare-and-swap by whichever thread first needs them, so a slot's address is stable and
+//! other threads can reach its state word at any time. Free slots form a Treiber stack whose
+//! head carries a tag that changes on every pop and push, so a producer whose pop raced with
+//! another pop and a push of the same slot fails its CAS instead of corrupting the stack
+//! (the ABA problem). Only producers pop; only the reaper pushes.
+//!
+//! Each slot has one state word, generation (high 32 bits) and state (low 2 bits):
+//!
+//! ```text
+//!   g|FREE --producer--> g|PENDING --reaper--> g|FIRING    --reaper--> (g+1)|FREE
+//!                                 \--cancel--> g|CANCELLED --reaper--> (g+1)|FREE
+//! ```
+//!
+//! The ground rules:
+//! - A producer that took a free slot owns its payload and deadline until it publishes the
+//!   slot with a Release store of `g|PENDING`; the slot's handle names generation `g`.
+//! - `cancel` and the reaper's firing both start from `g|PENDING` with a CAS, so exactly one
+//!   of them wins: a timer either runs once or is cancelled, never both. A handle of another
+//!   generation, or a slot in any other state, fails the CAS and changes nothing.
+//! - Only the reaper moves a slot to `(g+1)|FREE`, after it has dropped or run the payload
+//!   and unlinked the slot from its wheel; a slot whose generation would wrap is retired
+//!   instead of reused, so no handle ever names a later timer.
+
+use crate::slab::NIL;
+use std::cell::UnsafeCell;
+use std::mem::MaybeUninit;
+use std::ptr;
+use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
+
+/// Slot states, in the low bits of the state word.
+pub(crate) const FREE: u64 = 0;
+pub(crate) const PENDING: u64 = 1;
+pub(crate) const FIRING: u64 = 2;
+pub(crate) const CANCELLED: u64 = 3;
+const STATE_MASK: u64 = 3;
+
+/// `Slot::wheel_key` of a slot that is not in the wheel: a key the wheel never issues
+/// (its slab indices stay below 2^31).
+pub(crate) const NO_KEY: u64 = u64::MAX;
+
+/// log2 of the first chunk's length.
+const FIRST_CHUNK_BITS: u32 = 6;
+/// Enough chunks for `MAX_SLOTS` slots.
+const CHUNKS: usize = 26;
+/// Slots a shard can hold; handles keep slot numbers in 31 bits.
+pub(crate) const MAX_SLOTS: u32 = 1 << 31;
+
+/// The state word of generation `generation` in state `state`.
+pub(crate) const fn word(generation: u32, state: u64) -> u64 {
+    ((generation as u64) << 32) | state
+}
+
+/// The generation and state of a state word.
+pub(crate) const fn split(word: u64) -> (u32, u64) {
+    ((word >> 32) as u32, word & STATE_MASK)
+}
+
+/// One timer slot, shared between the producers, cancellers and the reaper.
+pub(crate) struct Slot<T> {
+    pub(crate) state: AtomicU64,
+    /// The tick it is due at; written by the producer before it publishes the slot.
+    pub(crate) deadline: AtomicU64,
+    /// Next slot in the free stack or in the shard's inbox (a slot is never in both).
+    pub(crate) link: AtomicU32,
+    /// Next slot in the shard's list of cancelled timers.
+    pub(crate) cancel_link: AtomicU32,
+    /// The slot's key in the reaper's wheel (`NO_KEY` when not in it). Only the reaper
+    /// touches it; an atomic rather than a cell because it costs nothing and needs no
+    /// `unsafe`.
+    pub(crate) wheel_key: AtomicU64,
+    /// Initialised from the producer's write until the reaper takes it out.
+    payload: UnsafeCell<MaybeUninit<T>>,
+}
+
+impl<T> Slot<T> {
+    fn new() -> Self {
+        Slot {
+            state: AtomicU64::new(word(0, FREE)),
+            deadline: AtomicU64::new(0),
+            link: AtomicU32::new(NIL),
+            cancel_link: AtomicU32::new(NIL),
+            wheel_key: AtomicU64::new(NO_KEY),
+            payload: UnsafeCell::new(MaybeUninit::uninit()),
+        }
+    }
+
+    /// Stores the payload of a slot the caller has just taken from `Slots::take`.
+    ///
+    /// # Safety
+    ///
+    /// The caller owns the slot: it took it from `Slots::take` and has not published it.
+    pub(crate) unsafe fn write_payload(&self, payload: T) {
+        // SAFETY: the caller owns the slot, so nobody else reads or writes the payload.
+        unsafe { (*self.payload.get()).write(payload) };
+    }
+
+    /// Moves the payload out.
+    ///
+    /// # Safety
+    ///
+    /// The caller is the reaper, the payload is initialised (the slot was published and not
+    /// yet freed), and it is read out once: the caller frees the slot afterwards.
+    pub(crate) unsafe fn take_payload(&self) -> T {
+        // SAFETY: by the contract above the payload is initialised and no other thread
+        // touches it while the slot is published (producers only write before publishing).
+        unsafe { (*self.payload.get()).assume_init_read() }
+    }
+}
+
+/// Where slot `index` lives: (chunk, offset).
+fn locate(index: u32) -> (usize, usize) {
+    let shifted = u64::from(index) + (1 << FIRST_CHUNK_BITS);
+    let chunk = 63 - shifted.leading_zeros() - FIRST_CHUNK_BITS;
+    let offset = shifted - (1 << (chunk + FIRST_CHUNK_BITS));
+    (chunk as usize, offset as usize)
+}
+
+fn chunk_len(chunk: usize) -> usize {
+    1 << (chunk + FIRST_CHUNK_BITS as usize)
+}
+
+/// The free stack's head: a tag in the high half, a slot index (or `NIL`) in the low half.
+fn free_head(tag: u32, index: u32) -> u64 {
+    (u64::from(tag) << 32) | u64::from(index)
+}
+
+/// The shared slots of one shard.
+pub(crate) struct Slots<T> {
+    /// Chunk `c`, or null until some thread installs it; never changes once installed.
+    chunks: [AtomicPtr<Slot<T>>; CHUNKS],
+    /// Slots handed out at least once; every index below is in an installed chunk or in
+    /// one being installed by the thread that claimed the index.
+    claimed: AtomicU32,
+    /// Head of the free stack (see `free_head`).
+    free: AtomicU64,
+}
+
+// SAFETY: slots are shared between threads by design: every field other threads touch is
+// atomic, and the payload cell is handed from producer to reaper under the state word's
+// Release/Acquire protocol (see the module doc), which moves a `T` across threads: `T:
+// Send` is what that needs. No `&T` is ever shared, so `T: Sync` is not required.
+unsafe impl<T: Send> Sync for Slots<T> {}
+// SAFETY: as above; owning the slots owns the payloads, which may move with it.
+unsafe impl<T: Send> Send for Slots<T> {}
+
+impl<T> Slots<T> {
+    pub(crate) fn new() -> Self {
+        Slots {
+            chunks: std::array::from_fn(|_| AtomicPtr::new(ptr::null_mut())),
+            claimed: AtomicU32::new(0),
+            free: AtomicU64::new(free_head(0, NIL)),
+        }
+    }
+
+    /// Takes a free slot for a producer, which then owns it until it publishes it. Returns
+    /// its index and generation, or `None` when all `MAX_SLOTS` slots are in use.
+    pub(crate) fn take(&self) -> Option<(u32, &Slot<T>)> {
+        // Acquire: pairs with the reaper's Release push, so the slot's `link` and the state
+        // it freed the slot with are visible.
+        let mut head = self.free.load(Ordering::Acquire);
+        loop {
+            let (tag, index) = ((head >> 32) as u32, head as u32);
+            if index == NIL {
+                return self.claim();
+            }
+            let slot = self.get(index).expect("free stack holds installed slots");
+            // Relaxed: if the slot was popped and pushed again meanwhile, the tag differs and
+            // the CAS below fails, whatever this read returned.
+            let next = slot.link.load(Ordering::Relaxed);
+            match self.free.compare_exchange_weak(
+                head,
+                free_head(tag.wrapping_add(1), next),
+                Ordering::Acquire,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return Some((index, slot)),
+                Err(current) => head = current,
+            }
+        }
+    }
+
+    /// A never-used slot, installing its chunk if this is the chunk's first slot.
+    fn claim(&self) -> Option<(u32, &Slot<T>)> {
+        // Relaxed: the counter only hands out distinct indices; the chunk pointer carries
+        // the synchronisation.
+        let index = self
+            .claimed
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                (n < MAX_SLOTS).then_some(n + 1)
+            })
+            .ok()?;
+        let (chunk, offset) = locate(index);
+        let mut base = self.chunks[chunk].load(Ordering::Acquire);
+        if base.is_null() {
+            let fresh: Box<[Slot<T>]> = (0..chunk_len(chunk)).map(|_| Slot::new()).collect();
+            let fresh = Box::into_raw(fresh).cast::<Slot<T>>();
+            // AcqRel: Release publishes the initialised chunk to every thread that loads the
+            // pointer with Acquire; Acquire on failure sees the winner's chunk.
+            base = match self.chunks[chunk].compare_exchange(
+                ptr::null_mut(),
+                fresh,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => fresh,
+                Err(installed) => {
+                    // SAFETY: `fresh` came from `Box::into_raw` of a slice of this length
+                    // just above, and lost the race, so nothing else has seen it.
+                    drop(unsafe {
+                        Box::from_raw(ptr::slice_from_raw_parts_mut(fresh, chunk_len(chunk)))
+                    });
+                    installed
+                }
+            };
+        }
+        // SAFETY: `base` is an installed chunk of `chunk_len(chunk)` slots, `offset` is below
+        // that, and chunks live as long as `self`.
+        Some((index, unsafe { &*base.add(offset) }))
+    }
+
+    /// The slot at `index`, if it exists. Any `u32` may be asked for.
+    pub(crate) fn get(&self, index: u32) -> Option<&Slot<T>> {
+        if index >= MAX_SLOTS {
+            return None;
+        }
+        let (chunk, offset) = locate(index);
+        // Acquire: pairs with the installing CAS, so the slots are seen initialised.
+        let base = self.chunks[chunk].load(Ordering::Acquire);
+        // SAFETY: a non-null chunk pointer is an installed chunk of `chunk_len(chunk)`
+        // slots, `offset` is below that, and chunks live as long as `self`.
+        (!base.is_null()).then(|| unsafe { &*base.add(offset) })
+    }
+
+    /// Gives a slot back after its payload was taken: bumps its generation and pushes it on
+    /// the free stack, or retires it when the generation would wrap. Reaper only.
+    pub(crate) fn release(&self, index: u32, slot: &Slot<T>, generation: u32) {
+        let next_generation = generation.wrapping_add(1);
+        // Release: a producer that later sees the slot FREE (through the free stack's
+        // Acquire) also sees everything the reaper did with the payload.
+        slot.state
+            .store(word(next_generation, FREE), Ordering::Release);
+        if next_generation == 0 {
+            return;
+        }
+        let mut head = self.free.load(Ordering::Relaxed);
+        loop {
+            let (tag, top) = ((head >> 32) as u32, head as u32);
+            slot.link.store(top, Ordering::Relaxed);
+            // Release: publishes `link` and the FREE state to the producer that pops it.
+            match self.free.compare_exchange_weak(
+                head,
+                free_head(tag.wrapping_add(1), index),
+                Ordering::Release,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return,
+                Err(current) => head = current,
+            }
+        }
+    }
+}
+
+impl<T> Drop for Slots<T> {
+    fn drop(&mut self) {
+        for (chunk, pointer) in self.chunks.iter_mut().enumerate() {
+            let base = *pointer.get_mut();
+            if base.is_null() {
+                continue;
+            }
+            // SAFETY: installed chunks come from `Box::into_raw` of a slice of this length,
+            // and `&mut self` means no other thread holds a reference into them.
+            let slots =
+                unsafe { Box::from_raw(ptr::slice_from_raw_parts_mut(base, chunk_len(chunk))) };
+            for slot in slots.iter() {
+                let (_, state) = split(slot.state.load(Ordering::Relaxed));
+                if state == PENDING || state == CANCELLED {
+                    // SAFETY: published and not yet taken by the reaper (which takes the
+                    // payload only when it fires or frees the slot), so initialised; the
+                    // slots are going away, so it is read once.
+                    drop(unsafe { slot.take_payload() });
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    #[test]
+    fn state_words_round_trip() {
+        for generation in [0, 1, u32::MAX] {
+            for state in [FREE, PENDING, FIRING, CANCELLED] {
+                assert_eq!(split(word(generation, state)), (generation, state));
+            }
+        }
+    }
+
+    #[test]
+    fn released_slots_are_reused_with_the_next_generation() {
+        let slots: Slots<u8> = Slots::new();
+        let (a, slot) = slots.take().unwrap();
+        // SAFETY: just taken, unpublished.
+        unsafe { slot.write_payload(7) };
+        slot.state.store(word(0, PENDING), Ordering::Release);
+        // SAFETY: published, taken once, then released.
+        assert_eq!(unsafe { slot.take_payload() }, 7);
+        slots.release(a, slot, 0);
+        let (b, again) = slots.take().unwrap();
+        assert_eq!(b, a);
+        assert_eq!(split(again.state.load(Ordering::Relaxed)), (1, FREE));
+        assert!(slots.get(MAX_SLOTS).is_none());
+        assert!(slots.get(5_000).is_none(), "chunk never installed");
+    }
+
+    #[test]
+    fn a_slot_at_the_last_generation_is_retired() {
+        let slots: Slots<()> = Slots::new();
+        let (a, slot) = slots.take().unwrap();
+        slots.release(a, slot, u32::MAX);
+        let (b, _) = slots.take().unwrap();
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn concurrent_takers_get_distinct_slots() {
+        let slots: Arc<Slots<u64>> = Arc::new(Slots::new());
+        let threads: Vec<_> = (0..4)
+            .map(|_| {
+                let slots = Arc::clone(&slots);
+                std::thread::spawn(move || {
+                    (0..5_000)
+                        .map(|_| slots.take().unwrap().0)
+                        .collect::<Vec<u32>>()
+                })
+            })
+            .collect();
+        let mut all: Vec<u32> = threads
+            .into_iter()
+            .flat_map(|t| t.join().unwrap())
+            .collect();
+        all.sort_unstable();
+        all.dedup();
+        assert_eq!(all.len(), 20_000);
+    }
+}

@@ -1,0 +1,305 @@
+//! The public engine: `Timer` and its `Builder`.
+//!
+//! A `Timer` owns one shard per core, each with a reaper thread. A producer thread keeps to
+//! one shard (chosen round-robin the first time it schedules), so threads on different
+//! cores do not share a shard's inbox cache line; any thread may cancel any timer, since the
+//! handle names its shard.
+
+use crate::clock::Clock;
+use crate::error::{BuildError, ScheduleError};
+use crate::handle::TimerHandle;
+use crate::shard::{Refused, Shard};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// A timer callback: run once, on a reaper thread, unless cancelled first.
+pub type Callback = Box<dyn FnOnce() + Send + 'static>;
+
+/// Configures and starts a [`Timer`].
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+///
+/// let timer = shardwheel::Timer::builder()
+///     .shards(2)
+///     .tick(Duration::from_millis(1))
+///     .max_pending(1_000_000)
+///     .build()
+///     .unwrap();
+/// assert_eq!(timer.shards(), 2);
+/// ```
+#[derive(Debug, Clone)]
+pub struct Builder {
+    shards: usize,
+    tick: Duration,
+    pin_threads: bool,
+    max_pending: usize,
+}
+
+impl Default for Builder {
+    fn default() -> Self {
+        Builder {
+            shards: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            tick: Duration::from_millis(1),
+            pin_threads: true,
+            max_pending: usize::MAX,
+        }
+    }
+}
+
+impl Builder {
+    /// Number of shards, each with its own reaper thread. Default: the available cores.
+    pub fn shards(mut self, shards: usize) -> Self {
+        self.shards = shards;
+        self
+    }
+
+    /// The wheel's resolution: timers fire at most one tick late (plus scheduling delay),
+    /// never early. Default: 1 ms.
+    pub fn tick(mut self, tick: Duration) -> Self {
+        self.tick = tick;
+        self
+    }
+
+    /// Pin reaper `i` to core `i` (modulo the cores) where the system allows it; where it
+    /// does not, the threads run unpinned. Default: true.
+    pub fn pin_threads(mut self, pin: bool) -> Self {
+        self.pin_threads = pin;
+        self
+    }
+
+    /// How many timers may be pending at once, spread evenly over the shards; beyond it
+    /// [`Timer::schedule`] returns [`ScheduleError::Full`]. Default: unbounded (each shard
+    /// can index 2^31 timers).
+    pub fn max_pending(mut self, max_pending: usize) -> Self {
+        self.max_pending = max_pending;
+        self
+    }
+
+    /// Starts the reaper threads.
+    ///
+    /// # Errors
+    ///
+    /// [`BuildError`] if the shard count or tick is zero, or a thread cannot be started.
+    pub fn build(self) -> Result<Timer, BuildError> {
+        if self.shards == 0 || self.shards > u32::MAX as usize {
+            return Err(BuildError::Shards(self.shards));
+        }
+        if self.tick.is_zero() {
+            return Err(BuildError::ZeroTick);
+        }
+        let per_shard = self.max_pending.div_ceil(self.shards);
+        let shards: Arc<[Shard<Callback>]> =
+            (0..self.shards).map(|_| Shard::new(per_shard)).collect();
+        let clock = Clock::new(self.tick);
+        let cores = if self.pin_threads {
+            core_affinity::get_core_ids().unwrap_or_default()
+        } else {
+            Vec::new()
+        };
+        let timer = Timer {
+            id: NEXT_TIMER_ID.fetch_add(1, Ordering::Relaxed),
+            shards: Arc::clone(&shards),
+            clock,
+            reapers: Mutex::new(Vec::new()),
+        };
+        for index in 0..self.shards {
+            let shards = Arc::clone(&shards);
+            let core = (!cores.is_empty()).then(|| cores[index % cores.len()]);
+            let reaper = std::thread::Builder::new()
+                .name(format!("shardwheel-reaper-{index}"))
+                .spawn(move || {
+                    if let Some(core) = core {
+                        // Pinning is an optimisation: where it is refused, run unpinned.
+                        let _ = core_affinity::set_for_current(core);
+                    }
+                    shards[index].run(&clock, &|callback: Callback| callback())
+                });
+            match reaper {
+                Ok(handle) => lock(&timer.reapers).push(handle),
+                // Dropping `timer` stops and joins the reapers already started.
+                Err(error) => return Err(BuildError::Thread(error)),
+            }
+        }
+        Ok(timer)
+    }
+}
+
+/// Ids that tell one timer's handles from another's.
+static NEXT_TIMER_ID: AtomicU32 = AtomicU32::new(0);
+/// Hands producer threads out to shards round-robin.
+static NEXT_PRODUCER: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    /// This thread's shard, modulo the shard count: assigned once, kept after.
+    static PRODUCER: Cell<Option<usize>> = const { Cell::new(None) };
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // The lock guards join handles only; a panic while holding it leaves them usable.
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// A sharded timer engine: schedule callbacks from any thread; each runs once on a reaper
+/// thread when due, unless cancelled first.
+///
+/// # Usage
+///
+/// [`schedule`](Self::schedule) returns a [`TimerHandle`]; [`cancel`](Self::cancel) with
+/// it from any thread in O(1). [`shutdown`](Self::shutdown) (or dropping the timer) stops
+/// the reapers and hands back the callbacks that had not run.
+///
+/// Callbacks run on the shard's reaper thread, one after another: a slow callback delays
+/// the shard's other timers (hand long work to an executor or a channel from the callback).
+/// A callback that panics is caught and counted ([`panicked`](Self::panicked)); the shard
+/// goes on.
+///
+/// ```
+/// use std::sync::mpsc;
+/// use std::time::Duration;
+///
+/// let timer = shardwheel::Timer::builder().shards(1).build().unwrap();
+/// let (fired, rx) = mpsc::channel();
+/// let fired2 = fired.clone();
+/// timer.schedule(Duration::from_millis(5), move || fired.send("timeout").unwrap()).unwrap();
+/// let retry = timer.schedule(Duration::from_secs(60), move || fired2.send("retry").unwrap()).unwrap();
+/// assert!(timer.cancel(retry)); // will never run
+/// assert_eq!(rx.recv().unwrap(), "timeout");
+/// assert!(timer.shutdown().is_empty());
+/// ```
+///
+/// # Implementation
+///
+/// Per-core shards, each a hierarchical [`Wheel`](crate::Wheel) owned by one reaper
+/// thread, fed through lock-free intrusive inboxes from a shared slab of slots; cancel is
+/// one compare-and-swap on the slot's state word. See the `shard`, `inbox` and `slots`
+/// module docs.
+pub struct Timer {
+    id: u32,
+    shards: Arc<[Shard<Callback>]>,
+    clock: Clock,
+    reapers: Mutex<Vec<JoinHandle<Vec<Callback>>>>,
+}
+
+impl Timer {
+    /// A [`Builder`] with the defaults: a shard per core, 1 ms tick, pinned threads.
+    pub fn builder() -> Builder {
+        Builder::default()
+    }
+
+    /// Schedules `callback` to run once, `delay` from now. Any thread may call it; it takes
+    /// no lock and makes no system call unless it must wake a sleeping reaper for an
+    /// earlier deadline. A `delay` beyond the tick range (centuries) is clamped to its end.
+    ///
+    /// # Errors
+    ///
+    /// [`ScheduleError::Full`] beyond `max_pending`, [`ScheduleError::Shutdown`] after
+    /// shutdown; both hand the callback back.
+    pub fn schedule(
+        &self,
+        delay: Duration,
+        callback: impl FnOnce() + Send + 'static,
+    ) -> Result<TimerHandle, ScheduleError<Callback>> {
+        self.schedule_tick(self.clock.deadline_after(delay), Box::new(callback))
+    }
+
+    /// Schedules `callback` to run once at `instant` (at once if it has passed).
+    ///
+    /// # Errors
+    ///
+    /// As [`schedule`](Self::schedule).
+    pub fn schedule_at(
+        &self,
+        instant: Instant,
+        callback: impl FnOnce() + Send + 'static,
+    ) -> Result<TimerHandle, ScheduleError<Callback>> {
+        self.schedule_tick(self.clock.deadline_at(instant), Box::new(callback))
+    }
+
+    fn schedule_tick(
+        &self,
+        deadline: u64,
+        callback: Callback,
+    ) -> Result<TimerHandle, ScheduleError<Callback>> {
+        let shard = self.producer_shard();
+        match self.shards[shard].schedule(deadline, callback) {
+            Ok((slot, generation)) => Ok(TimerHandle::new(self.id, shard as u32, slot, generation)),
+            Err(Refused::Full(callback)) => Err(ScheduleError::Full(callback)),
+            Err(Refused::Closed(callback)) => Err(ScheduleError::Shutdown(callback)),
+        }
+    }
+
+    fn producer_shard(&self) -> usize {
+        PRODUCER.with(|producer| {
+            let index = producer.get().unwrap_or_else(|| {
+                let index = NEXT_PRODUCER.fetch_add(1, Ordering::Relaxed);
+                producer.set(Some(index));
+                index
+            });
+            index % self.shards.len()
+        })
+    }
+
+    /// Cancels a timer: true if it was pending and now will never run; false if it already
+    /// ran or is running, was cancelled, or the handle is not this timer's. O(1), lock-free,
+    /// from any thread; the slot is freed by the next reaper pass, which a cancel starts.
+    pub fn cancel(&self, handle: TimerHandle) -> bool {
+        if handle.timer() != self.id {
+            return false;
+        }
+        self.shards
+            .get(handle.shard() as usize)
+            .is_some_and(|shard| shard.cancel(handle.slot(), handle.generation()))
+    }
+
+    /// Timers scheduled and not yet fired or cancelled.
+    pub fn pending(&self) -> usize {
+        self.shards.iter().map(Shard::pending).sum()
+    }
+
+    /// Callbacks that panicked (each was caught; its shard went on).
+    pub fn panicked(&self) -> u64 {
+        self.shards.iter().map(Shard::panicked).sum()
+    }
+
+    /// The number of shards (and reaper threads).
+    pub fn shards(&self) -> usize {
+        self.shards.len()
+    }
+
+    /// Stops every reaper and returns the callbacks of the timers that had not fired,
+    /// unrun. Scheduling afterwards fails with [`ScheduleError::Shutdown`]. Calling it
+    /// again returns nothing more. Dropping the timer shuts it down and drops the callbacks.
+    pub fn shutdown(&self) -> Vec<Callback> {
+        for shard in self.shards.iter() {
+            shard.stop();
+        }
+        let reapers = std::mem::take(&mut *lock(&self.reapers));
+        reapers
+            .into_iter()
+            .flat_map(|reaper| reaper.join().unwrap_or_default())
+            .collect()
+    }
+}
+
+impl Drop for Timer {
+    fn drop(&mut self) {
+        drop(self.shutdown());
+    }
+}
+
+impl std::fmt::Debug for Timer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Timer")
+            .field("shards", &self.shards.len())
+            .field("pending", &self.pending())
+            .finish()
+    }
+}

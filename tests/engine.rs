@@ -1,0 +1,251 @@
+//! The `Timer` engine from the outside: firing, cancelling from other threads, shutdown,
+//! bounds, panics, and a stress test that counts every timer.
+
+use shardwheel::{BuildError, ScheduleError, Timer};
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+fn timer(shards: usize) -> Timer {
+    Timer::builder().shards(shards).build().expect("timer")
+}
+
+/// Waits until `done` holds, for at most `limit`.
+fn wait_for(limit: Duration, done: impl Fn() -> bool) -> bool {
+    let start = Instant::now();
+    while !done() {
+        if start.elapsed() > limit {
+            return false;
+        }
+        thread::sleep(Duration::from_millis(1));
+    }
+    true
+}
+
+#[test]
+fn every_timer_fires_once_and_never_before_its_deadline() {
+    let timer = timer(2);
+    let (tx, rx) = mpsc::channel();
+    let start = Instant::now();
+    for i in 0..300u64 {
+        let delay = Duration::from_micros(i * 97 % 40_000);
+        let tx = tx.clone();
+        let due = start + delay;
+        timer
+            .schedule_at(due, move || tx.send((i, due, Instant::now())).unwrap())
+            .unwrap();
+    }
+    let mut seen = [false; 300];
+    for _ in 0..300 {
+        let (i, due, ran) = rx.recv_timeout(Duration::from_secs(10)).expect("fired");
+        assert!(ran >= due, "timer {i} ran {:?} early", due - ran);
+        assert!(
+            !std::mem::replace(&mut seen[i as usize], true),
+            "twice: {i}"
+        );
+    }
+    assert!(rx.recv_timeout(Duration::from_millis(50)).is_err());
+    assert_eq!(timer.pending(), 0);
+}
+
+#[test]
+fn a_deadline_already_passed_fires_at_once() {
+    let timer = timer(1);
+    let (tx, rx) = mpsc::channel();
+    let past = Instant::now();
+    thread::sleep(Duration::from_millis(2));
+    timer
+        .schedule_at(past, move || tx.send(()).unwrap())
+        .unwrap();
+    rx.recv_timeout(Duration::from_secs(5)).expect("fired");
+}
+
+#[test]
+fn a_cancelled_timer_never_runs_and_its_handle_goes_stale() {
+    let timer = timer(1);
+    let ran = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::clone(&ran);
+    let handle = timer
+        .schedule(Duration::from_millis(20), move || {
+            counter.fetch_add(1, Ordering::SeqCst);
+        })
+        .unwrap();
+    assert_eq!(timer.pending(), 1);
+    // Cancelled from another thread.
+    let cancelled = thread::scope(|s| s.spawn(|| timer.cancel(handle)).join().unwrap());
+    assert!(cancelled);
+    assert!(!timer.cancel(handle), "second cancel");
+    assert_eq!(timer.pending(), 0);
+    thread::sleep(Duration::from_millis(60));
+    assert_eq!(ran.load(Ordering::SeqCst), 0);
+}
+
+#[test]
+fn handles_of_fired_timers_and_of_other_timers_are_rejected() {
+    let first = timer(1);
+    let second = timer(1);
+    let (tx, rx) = mpsc::channel();
+    let fired = first
+        .schedule(Duration::ZERO, move || tx.send(()).unwrap())
+        .unwrap();
+    rx.recv_timeout(Duration::from_secs(5)).unwrap();
+    assert!(!first.cancel(fired));
+    // The slot is reused by the next timer; the old handle must not cancel it.
+    let next = first.schedule(Duration::from_secs(60), || {}).unwrap();
+    assert!(!first.cancel(fired));
+    let foreign = second.schedule(Duration::from_secs(60), || {}).unwrap();
+    assert!(!first.cancel(foreign));
+    assert!(first.cancel(next));
+    assert!(second.cancel(foreign));
+}
+
+#[test]
+fn cancelling_a_far_timer_gives_its_slot_back_at_once() {
+    // Netty, STPE, KAFKA-16663: cancelled timers kept until their deadline.
+    let timer = timer(1);
+    let handles: Vec<_> = (0..10_000)
+        .map(|_| timer.schedule(Duration::from_secs(3_600), || {}).unwrap())
+        .collect();
+    assert_eq!(timer.pending(), 10_000);
+    for handle in handles {
+        assert!(timer.cancel(handle));
+    }
+    assert_eq!(timer.pending(), 0);
+    // The reaper frees the slots; the shutdown finds nothing left.
+    assert!(timer.shutdown().is_empty());
+}
+
+#[test]
+fn a_panicking_callback_is_counted_and_the_shard_goes_on() {
+    let timer = timer(1);
+    let (tx, rx) = mpsc::channel();
+    timer
+        .schedule(Duration::ZERO, || panic!("callback panics"))
+        .unwrap();
+    timer
+        .schedule(Duration::from_millis(5), move || tx.send(()).unwrap())
+        .unwrap();
+    rx.recv_timeout(Duration::from_secs(5))
+        .expect("later timer fired");
+    assert_eq!(timer.panicked(), 1);
+}
+
+#[test]
+fn shutdown_hands_back_unfired_callbacks_and_refuses_new_ones() {
+    let timer = timer(2);
+    let ran = Arc::new(AtomicUsize::new(0));
+    for _ in 0..50 {
+        let ran = Arc::clone(&ran);
+        timer
+            .schedule(Duration::from_secs(600), move || {
+                ran.fetch_add(1, Ordering::SeqCst);
+            })
+            .unwrap();
+    }
+    let unfired = timer.shutdown();
+    assert_eq!(unfired.len(), 50);
+    for callback in unfired {
+        callback();
+    }
+    assert_eq!(ran.load(Ordering::SeqCst), 50);
+    let refused = timer.schedule(Duration::ZERO, || {});
+    assert!(matches!(refused, Err(ScheduleError::Shutdown(_))));
+    assert!(timer.shutdown().is_empty());
+}
+
+#[test]
+fn max_pending_is_an_error_not_a_drop() {
+    let timer = Timer::builder().shards(1).max_pending(3).build().unwrap();
+    let handles: Vec<_> = (0..3)
+        .map(|_| timer.schedule(Duration::from_secs(60), || {}).unwrap())
+        .collect();
+    let (tx, rx) = mpsc::channel();
+    let refused = timer.schedule(Duration::ZERO, move || tx.send(()).unwrap());
+    let Err(ScheduleError::Full(callback)) = refused else {
+        panic!("expected Full");
+    };
+    callback(); // handed back intact
+    rx.recv().unwrap();
+    assert!(timer.cancel(handles[0]));
+    assert!(timer.schedule(Duration::from_secs(60), || {}).is_ok());
+}
+
+#[test]
+fn bad_configurations_are_errors() {
+    assert!(matches!(
+        Timer::builder().shards(0).build(),
+        Err(BuildError::Shards(0))
+    ));
+    assert!(matches!(
+        Timer::builder().tick(Duration::ZERO).build(),
+        Err(BuildError::ZeroTick)
+    ));
+    // Huge delays are clamped, not a panic.
+    let timer = timer(1);
+    let handle = timer.schedule(Duration::MAX, || {}).unwrap();
+    assert!(timer.cancel(handle));
+}
+
+#[test]
+fn producers_and_cancellers_race_and_every_timer_is_counted_once() {
+    const PER_PRODUCER: usize = 100_000;
+    const PRODUCERS: usize = 2;
+    let timer = Arc::new(timer(2));
+    let runs: Arc<Vec<AtomicU8>> = Arc::new(
+        (0..PER_PRODUCER * PRODUCERS)
+            .map(|_| AtomicU8::new(0))
+            .collect(),
+    );
+    let cancelled = Arc::new(Mutex::new(Vec::new()));
+    thread::scope(|s| {
+        for producer in 0..PRODUCERS {
+            let (timer, runs, cancelled) = (&timer, &runs, &cancelled);
+            s.spawn(move || {
+                let mut seed = producer as u64 + 1;
+                let mut mine = Vec::new();
+                for i in 0..PER_PRODUCER {
+                    seed ^= seed << 13;
+                    seed ^= seed >> 7;
+                    seed ^= seed << 17;
+                    let id = producer * PER_PRODUCER + i;
+                    let runs = Arc::clone(runs);
+                    let delay = Duration::from_micros(seed % 20_000);
+                    let handle = timer
+                        .schedule(delay, move || {
+                            runs[id].fetch_add(1, Ordering::Relaxed);
+                        })
+                        .unwrap();
+                    // Cancel about half, some at once, some a little later: these race
+                    // with the reaper firing them.
+                    if seed.is_multiple_of(2) && timer.cancel(handle) {
+                        mine.push(id);
+                    }
+                }
+                cancelled.lock().unwrap().extend(mine);
+            });
+        }
+    });
+    let cancelled = cancelled.lock().unwrap().clone();
+    let expected_fired = PER_PRODUCER * PRODUCERS - cancelled.len();
+    let fired = || {
+        runs.iter()
+            .filter(|r| r.load(Ordering::Relaxed) > 0)
+            .count()
+    };
+    assert!(
+        wait_for(Duration::from_secs(20), || fired() == expected_fired),
+        "fired {} of {expected_fired}",
+        fired()
+    );
+    for id in &cancelled {
+        assert_eq!(runs[*id].load(Ordering::Relaxed), 0, "cancelled {id} ran");
+    }
+    assert!(
+        runs.iter().all(|r| r.load(Ordering::Relaxed) <= 1),
+        "a timer ran twice"
+    );
+    assert_eq!(timer.pending(), 0);
+    assert!(timer.shutdown().is_empty());
+}
