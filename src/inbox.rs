@@ -12,7 +12,7 @@
 //! either in the list the reaper took last or was refused to its producer: none is lost.
 
 use crate::slab::NIL;
-use std::sync::atomic::{AtomicU32, Ordering};
+use crate::sync::{AtomicU32, Ordering};
 
 /// The head of a closed list. Slot indices stay below `slots::MAX_SLOTS`, so this is free.
 const CLOSED: u32 = u32::MAX - 1;
@@ -27,7 +27,7 @@ pub(crate) struct Inbox {
 }
 
 impl Inbox {
-    pub(crate) const fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Inbox {
             head: AtomicU32::new(NIL),
         }
@@ -57,16 +57,17 @@ impl Inbox {
     /// Takes every slot pushed so far: the newest's index, or `NIL`. Then follow the links.
     /// Only the consumer calls it, and never after `close`.
     pub(crate) fn take_all(&self) -> u32 {
-        // SeqCst: Acquire pairs with the pushes' Release (see `push`).
-        let head = self.head.swap(NIL, Ordering::SeqCst);
+        // Acquire: pairs with the pushes' Release (see `push`).
+        let head = self.head.swap(NIL, Ordering::Acquire);
         debug_assert_ne!(head, CLOSED, "take_all after close");
         head
     }
 
-    /// Whether anything waits in the list. The reaper's last look before it parks.
+    /// Whether anything waits in the list: the reaper's last look before it parks.
     pub(crate) fn is_empty(&self) -> bool {
-        // SeqCst: pairs with the push in the park handshake (see `shard`).
-        matches!(self.head.load(Ordering::SeqCst), NIL | CLOSED)
+        // Relaxed: only a hint; in the park handshake a SeqCst fence orders it (see
+        // `wakeup`), and the messages themselves are read after `take_all`'s Acquire.
+        matches!(self.head.load(Ordering::Relaxed), NIL | CLOSED)
     }
 
     /// Refuses every later push and returns what was pushed before, as `take_all` does.

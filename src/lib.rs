@@ -36,8 +36,18 @@ mod inbox;
 mod shard;
 mod slab;
 mod slots;
+mod sync;
 mod timer;
+mod wakeup;
 mod wheel;
+
+/// The engine's internals, for the loom models in `loom-tests/` only: built under
+/// `--cfg loom` and never part of the API.
+#[cfg(loom)]
+#[doc(hidden)]
+pub mod loom_api {
+    pub use crate::shard::{Refused, Shard};
+}
 
 pub use error::{BuildError, Full, ScheduleError, StaleKey};
 

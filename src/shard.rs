@@ -11,41 +11,36 @@
 //! inbox, so that push happens before any cancel of it, and a swap that sees the cancel is
 //! followed by a swap that sees the push.
 //!
-//! The park handshake (no lost wake-up): before parking, the reaper stores the tick it plans
-//! to wake at, then looks at both inboxes once more; a producer pushes, then reads the
-//! planned tick and unparks the reaper if its deadline is earlier. All four accesses are
-//! SeqCst, so at least one side sees the other's store: either the reaper finds the new
-//! message and does not park, or the producer finds the plan and unparks (and an unpark
-//! before `park` makes `park` return at once). While the reaper works the plan reads
-//! `AWAKE`, and producers make no system call at all.
+//! Before parking, the reaper publishes the tick it plans to wake at and looks at both
+//! inboxes once more; producers unpark it only for a deadline earlier than that plan
+//! (`wakeup` has the handshake and why no wake-up is lost). While the reaper works,
+//! producers make no system call at all.
 
 use crate::clock::Clock;
 use crate::handle::Key;
 use crate::inbox::{Closed, Inbox};
 use crate::slab::NIL;
 use crate::slots::{self, CANCELLED, FIRING, NO_KEY, PENDING, Slot, Slots};
+use crate::sync::{self, AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use crate::wakeup::Wakeup;
 use crate::wheel::Wheel;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::OnceLock;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::thread::{self, Thread};
-
-/// `planned_wake` while the reaper is working: no deadline is earlier, so nobody unparks.
-const AWAKE: u64 = 0;
 
 /// Why a schedule was refused; the payload is handed back.
-pub(crate) enum Refused<T> {
+#[derive(Debug)]
+pub enum Refused<T> {
+    /// The shard holds `max_pending` timers.
     Full(T),
+    /// The reaper has shut down.
     Closed(T),
 }
 
-pub(crate) struct Shard<T> {
+/// One shard of a timer engine (see the module doc).
+pub struct Shard<T> {
     slots: Slots<T>,
     inbox: Inbox,
     cancels: Inbox,
-    /// The tick the reaper sleeps until (`u64::MAX`: until woken), or `AWAKE`.
-    planned_wake: AtomicU64,
-    reaper: OnceLock<Thread>,
+    wakeup: Wakeup,
     pending: AtomicUsize,
     max_pending: usize,
     stopping: AtomicBool,
@@ -53,13 +48,13 @@ pub(crate) struct Shard<T> {
 }
 
 impl<T> Shard<T> {
-    pub(crate) fn new(max_pending: usize) -> Self {
+    /// A shard holding at most `max_pending` timers.
+    pub fn new(max_pending: usize) -> Self {
         Shard {
             slots: Slots::new(),
             inbox: Inbox::new(),
             cancels: Inbox::new(),
-            planned_wake: AtomicU64::new(AWAKE),
-            reaper: OnceLock::new(),
+            wakeup: Wakeup::new(),
             pending: AtomicUsize::new(0),
             max_pending,
             stopping: AtomicBool::new(false),
@@ -68,7 +63,7 @@ impl<T> Shard<T> {
     }
 
     /// Timers scheduled and neither fired nor cancelled.
-    pub(crate) fn pending(&self) -> usize {
+    pub fn pending(&self) -> usize {
         self.pending.load(Ordering::Relaxed)
     }
 
@@ -78,11 +73,15 @@ impl<T> Shard<T> {
     }
 
     /// Schedules `payload` at tick `deadline`; returns its slot and generation.
-    pub(crate) fn schedule(&self, deadline: u64, payload: T) -> Result<(u32, u32), Refused<T>> {
-        // Relaxed: a count, not a synchronisation; the bound is exact because every
-        // increment that overshoots is undone before anything else happens.
-        if self.pending.fetch_add(1, Ordering::Relaxed) >= self.max_pending {
-            self.pending.fetch_sub(1, Ordering::Relaxed);
+    pub fn schedule(&self, deadline: u64, payload: T) -> Result<(u32, u32), Refused<T>> {
+        // Relaxed: a count, not a synchronisation. Incremented only while below the bound,
+        // so a refusal always means `max_pending` timers really are pending.
+        let below_bound = |n: usize| (n < self.max_pending).then_some(n + 1);
+        if self
+            .pending
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, below_bound)
+            .is_err()
+        {
             return Err(Refused::Full(payload));
         }
         let Some((index, slot)) = self.slots.take() else {
@@ -105,16 +104,13 @@ impl<T> Shard<T> {
             self.pending.fetch_sub(1, Ordering::Relaxed);
             return Err(Refused::Closed(payload));
         }
-        // SeqCst: the producer's half of the park handshake (module doc).
-        if deadline < self.planned_wake.load(Ordering::SeqCst) {
-            self.wake();
-        }
+        self.wakeup.notify(deadline);
         Ok((index, generation))
     }
 
     /// Cancels the timer in slot `index` of generation `generation`; true if it was pending
     /// (it will never run now), false for a fired, cancelled or unknown one.
-    pub(crate) fn cancel(&self, index: u32, generation: u32) -> bool {
+    pub fn cancel(&self, index: u32, generation: u32) -> bool {
         let Some(slot) = self.slots.get(index) else {
             return false;
         };
@@ -132,62 +128,71 @@ impl<T> Shard<T> {
         }
         self.pending.fetch_sub(1, Ordering::Relaxed);
         // A closed list means the reaper is gone; the slots' drop frees the payload.
-        if let Ok(was_empty) = self.cancels.push(index, &slot.cancel_link) {
-            // Wake a sleeping reaper once per batch, so that memory comes back promptly
-            // even when the next deadline is hours away. SeqCst: the park handshake.
-            if was_empty && self.planned_wake.load(Ordering::SeqCst) != AWAKE {
-                self.wake();
-            }
+        if let Ok(true) = self.cancels.push(index, &slot.cancel_link) {
+            self.wakeup.notify_sleeping();
         }
         true
     }
 
-    fn wake(&self) {
-        if let Some(reaper) = self.reaper.get() {
-            reaper.unpark();
-        }
-    }
-
     /// Asks the reaper to stop; `run` then returns the unfired payloads.
     pub(crate) fn stop(&self) {
-        self.stopping.store(true, Ordering::SeqCst);
-        self.wake();
+        // The same handshake as a producer's (see `wakeup`): the store, a SeqCst fence,
+        // then the wake, against the reaper's plan, fence, and look at `stopping` in
+        // `may_sleep`: either the reaper sees the flag or this sees it registered.
+        self.stopping.store(true, Ordering::Relaxed);
+        sync::fence(Ordering::SeqCst);
+        self.wakeup.wake();
     }
 
     /// The reaper: runs until `stop`, calling `handler` for every timer that comes due, and
     /// returns the payloads of the timers still pending then.
     pub(crate) fn run(&self, clock: &Clock, handler: &(dyn Fn(T) + Sync)) -> Vec<T> {
-        // A second `run` would be a second consumer; the engine starts exactly one.
-        let _ = self.reaper.set(thread::current());
+        self.register_reaper();
         let mut wheel = Wheel::new();
         loop {
-            self.planned_wake.store(AWAKE, Ordering::SeqCst);
-            let cancels = self.cancels.take_all();
-            let arrivals = self.inbox.take_all();
-            self.arrive(&mut wheel, arrivals);
-            self.free_cancelled(&mut wheel, cancels);
-            let now = clock.now();
-            while let Some(expired) = wheel.poll_expired(now) {
-                self.fire(expired.value, handler);
-            }
-            if self.stopping.load(Ordering::SeqCst) {
+            self.pass(&mut wheel, clock.now(), handler);
+            // Relaxed: the flag carries no data; `may_sleep` orders the last look.
+            if self.stopping.load(Ordering::Relaxed) {
                 break;
             }
             let next = wheel.next_deadline();
             if next.is_some_and(|tick| tick <= clock.now()) {
                 continue;
             }
-            self.planned_wake
-                .store(next.unwrap_or(u64::MAX), Ordering::SeqCst);
-            if !self.inbox.is_empty() || !self.cancels.is_empty() {
-                continue;
-            }
-            match next {
-                Some(tick) => thread::park_timeout(clock.until(tick)),
-                None => thread::park(),
+            if self.may_sleep(next.unwrap_or(u64::MAX)) {
+                match next {
+                    Some(tick) => sync::park_timeout(clock.until(tick)),
+                    None => sync::thread::park(),
+                }
             }
         }
         self.wind_up(&mut wheel)
+    }
+
+    /// Makes the calling thread the one producers unpark. The reaper calls it once, first.
+    pub fn register_reaper(&self) {
+        self.wakeup.register_reaper();
+    }
+
+    /// One pass of the reaper: takes what the inboxes hold, links and unlinks it, and fires
+    /// every timer due at tick `now`.
+    pub fn pass(&self, wheel: &mut Wheel<u32>, now: u64, handler: &(dyn Fn(T) + Sync)) {
+        self.wakeup.awake();
+        // Cancels first, then arrivals: see the module doc.
+        let cancels = self.cancels.take_all();
+        let arrivals = self.inbox.take_all();
+        self.arrive(wheel, arrivals);
+        self.free_cancelled(wheel, cancels);
+        while let Some(expired) = wheel.poll_expired(now) {
+            self.fire(expired.value, handler);
+        }
+    }
+
+    /// The reaper's side of the park handshake: plans to sleep until `tick`, and says
+    /// whether it may (nothing arrived meanwhile).
+    pub fn may_sleep(&self, tick: u64) -> bool {
+        self.wakeup.plan_sleep(tick);
+        self.inbox.is_empty() && self.cancels.is_empty() && !self.stopping.load(Ordering::Relaxed)
     }
 
     /// Links newly arrived timers into the wheel, except those cancelled on the way.
@@ -224,19 +229,28 @@ impl<T> Shard<T> {
             debug_assert_eq!(state, CANCELLED);
             // SAFETY: the slot was published and then cancelled, so its payload is
             // initialised, and only this reaper takes it, once, before freeing the slot.
-            drop(unsafe { slot.take_payload() });
+            let payload = unsafe { slot.take_payload() };
+            // Freed before the payload is dropped: a panicking `Drop` must find the slot
+            // already free, never leave a moved-out payload behind to be dropped again.
             self.slots.release(at, slot, generation);
+            self.contain(|| drop(payload));
             at = next;
         }
     }
 
     /// Runs the timer in slot `index` unless it was cancelled (its cancel message frees it).
     fn fire(&self, index: u32, handler: &(dyn Fn(T) + Sync)) {
-        let Some(payload) = self.claim(index) else {
-            return;
-        };
-        if catch_unwind(AssertUnwindSafe(|| handler(payload))).is_err() {
+        if let Some(payload) = self.claim(index) {
+            self.contain(|| handler(payload));
+        }
+    }
+
+    /// Runs user code (a callback, or a payload's `Drop`) so that a panic in it is counted
+    /// and the reaper goes on. The panic's own payload is dropped under the guard too.
+    fn contain(&self, user_code: impl FnOnce()) {
+        if let Err(panic) = catch_unwind(AssertUnwindSafe(user_code)) {
             self.panicked.fetch_add(1, Ordering::Relaxed);
+            let _ = catch_unwind(AssertUnwindSafe(|| drop(panic)));
         }
     }
 

@@ -6,7 +6,8 @@
 //! other threads can reach its state word at any time. Free slots form a Treiber stack whose
 //! head carries a tag that changes on every pop and push, so a producer whose pop raced with
 //! another pop and a push of the same slot fails its CAS instead of corrupting the stack
-//! (the ABA problem). Only producers pop; only the reaper pushes.
+//! (the ABA problem). Producers pop; the reaper pushes, and so does a producer giving back a
+//! slot the closed inbox refused (a tagged push is safe with any number of pushers).
 //!
 //! Each slot has one state word, generation (high 32 bits) and state (low 2 bits):
 //!
@@ -17,19 +18,20 @@
 //!
 //! The ground rules:
 //! - A producer that took a free slot owns its payload and deadline until it publishes the
-//!   slot with a Release store of `g|PENDING`; the slot's handle names generation `g`.
+//!   slot: it marks it `g|PENDING` and pushes it on the inbox, whose Release CAS is the
+//!   publication; the slot's handle names generation `g`.
 //! - `cancel` and the reaper's firing both start from `g|PENDING` with a CAS, so exactly one
 //!   of them wins: a timer either runs once or is cancelled, never both. A handle of another
 //!   generation, or a slot in any other state, fails the CAS and changes nothing.
-//! - Only the reaper moves a slot to `(g+1)|FREE`, after it has dropped or run the payload
-//!   and unlinked the slot from its wheel; a slot whose generation would wrap is retired
+//! - Only the reaper moves a published slot to `(g+1)|FREE`, after it has taken the
+//!   payload and unlinked the slot from its wheel (a producer may free a slot it never
+//!   published); a slot whose generation would wrap is retired
 //!   instead of reused, so no handle ever names a later timer.
 
 use crate::slab::NIL;
-use std::cell::UnsafeCell;
+use crate::sync::{AtomicPtr, AtomicU32, AtomicU64, Ordering, UnsafeCell};
 use std::mem::MaybeUninit;
 use std::ptr;
-use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
 /// Slot states, in the low bits of the state word.
 pub(crate) const FREE: u64 = 0;
@@ -95,19 +97,22 @@ impl<T> Slot<T> {
     /// The caller owns the slot: it took it from `Slots::take` and has not published it.
     pub(crate) unsafe fn write_payload(&self, payload: T) {
         // SAFETY: the caller owns the slot, so nobody else reads or writes the payload.
-        unsafe { (*self.payload.get()).write(payload) };
+        self.payload
+            .with_mut(|cell| unsafe { (*cell).write(payload) });
     }
 
     /// Moves the payload out.
     ///
     /// # Safety
     ///
-    /// The caller is the reaper, the payload is initialised (the slot was published and not
-    /// yet freed), and it is read out once: the caller frees the slot afterwards.
+    /// The caller owns the payload (the reaper, having won the slot's state word, or the
+    /// producer of a slot it never published), the payload is initialised, and it is read
+    /// out once: the caller frees the slot afterwards.
     pub(crate) unsafe fn take_payload(&self) -> T {
         // SAFETY: by the contract above the payload is initialised and no other thread
         // touches it while the slot is published (producers only write before publishing).
-        unsafe { (*self.payload.get()).assume_init_read() }
+        self.payload
+            .with_mut(|cell| unsafe { (*cell).assume_init_read() })
     }
 }
 
@@ -157,7 +162,7 @@ impl<T> Slots<T> {
     }
 
     /// Takes a free slot for a producer, which then owns it until it publishes it. Returns
-    /// its index and generation, or `None` when all `MAX_SLOTS` slots are in use.
+    /// its index and the slot, or `None` when all `MAX_SLOTS` slots are in use.
     pub(crate) fn take(&self) -> Option<(u32, &Slot<T>)> {
         // Acquire: pairs with the reaper's Release push, so the slot's `link` and the state
         // it freed the slot with are visible.
@@ -236,7 +241,8 @@ impl<T> Slots<T> {
     }
 
     /// Gives a slot back after its payload was taken: bumps its generation and pushes it on
-    /// the free stack, or retires it when the generation would wrap. Reaper only.
+    /// the free stack, or retires it when the generation would wrap. Called by the owner of
+    /// the slot: the reaper, or a producer whose push was refused.
     pub(crate) fn release(&self, index: u32, slot: &Slot<T>, generation: u32) {
         let next_generation = generation.wrapping_add(1);
         // Release: a producer that later sees the slot FREE (through the free stack's
@@ -266,8 +272,10 @@ impl<T> Slots<T> {
 
 impl<T> Drop for Slots<T> {
     fn drop(&mut self) {
-        for (chunk, pointer) in self.chunks.iter_mut().enumerate() {
-            let base = *pointer.get_mut();
+        for (chunk, pointer) in self.chunks.iter().enumerate() {
+            // Acquire: `&mut self` already excludes other threads; this only makes the
+            // chunk's contents visible as any reader's load would.
+            let base = pointer.load(Ordering::Acquire);
             if base.is_null() {
                 continue;
             }

@@ -249,3 +249,31 @@ fn producers_and_cancellers_race_and_every_timer_is_counted_once() {
     assert_eq!(timer.pending(), 0);
     assert!(timer.shutdown().is_empty());
 }
+
+/// Panics when dropped: a callback that captures it panics when the reaper drops it unrun.
+struct PanicOnDrop;
+
+impl Drop for PanicOnDrop {
+    fn drop(&mut self) {
+        panic!("payload drop panics");
+    }
+}
+
+#[test]
+fn a_cancelled_callback_whose_drop_panics_is_dropped_once_and_the_shard_goes_on() {
+    let timer = timer(1);
+    let guard = PanicOnDrop;
+    let handle = timer
+        .schedule(Duration::from_secs(60), move || drop(guard))
+        .unwrap();
+    assert!(timer.cancel(handle));
+    assert!(wait_for(Duration::from_secs(5), || timer.panicked() == 1));
+    let (tx, rx) = mpsc::channel();
+    timer
+        .schedule(Duration::ZERO, move || tx.send(()).unwrap())
+        .unwrap();
+    rx.recv_timeout(Duration::from_secs(5))
+        .expect("the reaper survived the panicking drop");
+    assert!(timer.shutdown().is_empty());
+    assert_eq!(timer.panicked(), 1);
+}

@@ -1,0 +1,76 @@
+//! What the models share: a payload that counts its drops, and a reaper pass that counts
+//! the timers it fired.
+
+use loom::sync::Arc;
+use loom::sync::atomic::{AtomicUsize, Ordering};
+use shardwheel::Wheel;
+use shardwheel::loom_api::Shard;
+
+/// A timer payload that counts how often payloads were dropped (fired or not).
+#[derive(Debug)]
+pub struct Payload {
+    pub value: usize,
+    drops: Arc<AtomicUsize>,
+}
+
+impl Drop for Payload {
+    fn drop(&mut self) {
+        self.drops.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// A shard, the counters the models check, and the reaper's wheel.
+pub struct Harness {
+    pub shard: Arc<Shard<Payload>>,
+    pub drops: Arc<AtomicUsize>,
+    pub fired: Arc<AtomicUsize>,
+    /// Sum of the values of fired payloads: tells which timers fired.
+    pub fired_values: Arc<AtomicUsize>,
+}
+
+impl Harness {
+    pub fn new() -> Self {
+        Harness {
+            shard: Arc::new(Shard::new(usize::MAX)),
+            drops: Arc::new(AtomicUsize::new(0)),
+            fired: Arc::new(AtomicUsize::new(0)),
+            fired_values: Arc::new(AtomicUsize::new(0)),
+        }
+    }
+
+    pub fn payload(&self, value: usize) -> Payload {
+        Payload {
+            value,
+            drops: Arc::clone(&self.drops),
+        }
+    }
+
+    /// One reaper pass at tick `now`, counting what fires.
+    pub fn pass(&self, wheel: &mut Wheel<u32>, now: u64) {
+        let fired = Arc::clone(&self.fired);
+        let values = Arc::clone(&self.fired_values);
+        self.shard.pass(wheel, now, &move |payload: Payload| {
+            fired.fetch_add(1, Ordering::SeqCst);
+            values.fetch_add(payload.value, Ordering::SeqCst);
+        });
+    }
+
+    pub fn fired(&self) -> usize {
+        self.fired.load(Ordering::SeqCst)
+    }
+
+    pub fn drops(&self) -> usize {
+        self.drops.load(Ordering::SeqCst)
+    }
+}
+
+impl Clone for Harness {
+    fn clone(&self) -> Self {
+        Harness {
+            shard: Arc::clone(&self.shard),
+            drops: Arc::clone(&self.drops),
+            fired: Arc::clone(&self.fired),
+            fired_values: Arc::clone(&self.fired_values),
+        }
+    }
+}

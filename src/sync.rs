@@ -1,0 +1,106 @@
+//! The synchronisation primitives the engine is built from: loom's under `cfg(loom)`, so
+//! that the models in `loom-tests/` explore every interleaving of the very same code, and
+//! std's otherwise. Everything concurrent imports from here, never from `std` directly.
+
+#[cfg(loom)]
+pub(crate) use loom::sync::atomic::{
+    AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence,
+};
+#[cfg(loom)]
+pub(crate) use loom::thread;
+
+#[cfg(not(loom))]
+pub(crate) use std::sync::atomic::{
+    AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence,
+};
+#[cfg(not(loom))]
+pub(crate) use std::thread;
+
+/// Parks the current thread until unparked or until `timeout` has passed. Loom has no
+/// time: under loom it parks until unparked, so a model never relies on a timeout.
+pub(crate) fn park_timeout(timeout: std::time::Duration) {
+    #[cfg(loom)]
+    {
+        let _ = timeout;
+        thread::park();
+    }
+    #[cfg(not(loom))]
+    thread::park_timeout(timeout);
+}
+
+/// A cell for data whose exclusive access is argued by a protocol rather than by `&mut`,
+/// with loom's closure API, so that loom can check each access against that protocol.
+#[derive(Debug)]
+pub(crate) struct UnsafeCell<T>(
+    #[cfg(loom)] loom::cell::UnsafeCell<T>,
+    #[cfg(not(loom))] std::cell::UnsafeCell<T>,
+);
+
+impl<T> UnsafeCell<T> {
+    pub(crate) fn new(value: T) -> Self {
+        #[cfg(loom)]
+        return UnsafeCell(loom::cell::UnsafeCell::new(value));
+        #[cfg(not(loom))]
+        return UnsafeCell(std::cell::UnsafeCell::new(value));
+    }
+
+    /// Calls `f` with a pointer for reading. The caller's protocol must rule out a
+    /// concurrent write.
+    pub(crate) fn with<R>(&self, f: impl FnOnce(*const T) -> R) -> R {
+        #[cfg(loom)]
+        return self.0.with(f);
+        #[cfg(not(loom))]
+        return f(self.0.get());
+    }
+
+    /// Calls `f` with a pointer for writing. The caller's protocol must rule out any
+    /// concurrent access.
+    pub(crate) fn with_mut<R>(&self, f: impl FnOnce(*mut T) -> R) -> R {
+        #[cfg(loom)]
+        return self.0.with_mut(f);
+        #[cfg(not(loom))]
+        return f(self.0.get());
+    }
+}
+
+/// A value set once by one thread and read by any: the reaper's `Thread` handle, which
+/// producers need to unpark it. (std's `OnceLock` has no loom counterpart.)
+#[derive(Debug)]
+pub(crate) struct SetOnce<T> {
+    ready: AtomicBool,
+    value: UnsafeCell<Option<T>>,
+}
+
+// SAFETY: the value is written once, before `ready` is published with Release, and only
+// read (as `&T`) after an Acquire load sees it: sharing it needs `T: Sync`, handing it to
+// another thread's drop needs `T: Send`.
+unsafe impl<T: Send + Sync> Sync for SetOnce<T> {}
+
+impl<T> SetOnce<T> {
+    pub(crate) fn new() -> Self {
+        SetOnce {
+            ready: AtomicBool::new(false),
+            value: UnsafeCell::new(None),
+        }
+    }
+
+    /// Sets the value. Only one thread may ever call it, once (the reaper, at its start).
+    pub(crate) fn set(&self, value: T) {
+        debug_assert!(!self.ready.load(Ordering::Relaxed), "SetOnce set twice");
+        // SAFETY: only the one setter writes, once, and no reader dereferences before
+        // `ready` is true, which is stored after this write.
+        self.value.with_mut(|slot| unsafe { *slot = Some(value) });
+        // Release: publishes the write above to readers that Acquire-load `ready`.
+        self.ready.store(true, Ordering::Release);
+    }
+
+    pub(crate) fn get(&self) -> Option<&T> {
+        // Acquire: pairs with `set`'s Release, so the value is seen written.
+        if !self.ready.load(Ordering::Acquire) {
+            return None;
+        }
+        // SAFETY: `ready` is true, so the value was written and is never written again;
+        // shared reads are fine, and the reference lives no longer than `self`.
+        self.value.with(|slot| unsafe { (*slot).as_ref() })
+    }
+}

@@ -1,0 +1,84 @@
+//! The park handshake between a shard's reaper and the threads that feed it: no lost
+//! wake-up, and no system call on a producer's common path.
+//!
+//! The reaper publishes the tick it plans to sleep until (`AWAKE` while it works); a
+//! producer that has pushed work due earlier than that plan unparks it. The race to close
+//! is the classic one: the reaper decides to sleep just as a producer pushes. Both sides
+//! store, then issue a SeqCst fence, then load the other side's variable:
+//!
+//! ```text
+//!   reaper:   plan = tick;   fence(SeqCst);   if inbox empty { park }
+//!   producer: push(inbox);   fence(SeqCst);   if deadline < plan { unpark }
+//! ```
+//!
+//! The two fences are ordered one way or the other, and whichever comes second sees the
+//! store before the first: either the reaper sees the push and does not park, or the
+//! producer sees the plan and unparks (an unpark before `park` makes `park` return at
+//! once). Fences rather than SeqCst accesses, because loom checks the fence form exactly
+//! (it treats SeqCst accesses as AcqRel), so the loom model checks this very code.
+
+use crate::sync::{AtomicU64, Ordering, SetOnce, fence, thread};
+
+/// The plan while the reaper works: no deadline is earlier, so nobody unparks it.
+const AWAKE: u64 = 0;
+
+#[derive(Debug)]
+pub(crate) struct Wakeup {
+    plan: AtomicU64,
+    reaper: SetOnce<thread::Thread>,
+}
+
+impl Wakeup {
+    pub(crate) fn new() -> Self {
+        Wakeup {
+            plan: AtomicU64::new(AWAKE),
+            reaper: SetOnce::new(),
+        }
+    }
+
+    /// The reaper, once, before it first plans to sleep: the thread to unpark.
+    pub(crate) fn register_reaper(&self) {
+        self.reaper.set(thread::current());
+    }
+
+    /// The reaper starts a pass: producers need not wake it.
+    pub(crate) fn awake(&self) {
+        // Relaxed: being awake is only ever a reason *not* to unpark; a producer that still
+        // sees the old plan merely unparks a thread that is running, which is harmless.
+        self.plan.store(AWAKE, Ordering::Relaxed);
+    }
+
+    /// The reaper plans to sleep until `tick` (`u64::MAX`: until woken). It may then park
+    /// only if `work_waiting()` says no (the handshake in the module doc).
+    pub(crate) fn plan_sleep(&self, tick: u64) {
+        // Relaxed store, then the SeqCst fence: the fence orders it before the inbox check.
+        self.plan.store(tick.max(AWAKE + 1), Ordering::Relaxed);
+        fence(Ordering::SeqCst);
+    }
+
+    /// A producer has pushed work due at `deadline`: wakes the reaper if it plans to sleep
+    /// past it.
+    pub(crate) fn notify(&self, deadline: u64) {
+        // The fence orders the push before the load of the plan (module doc).
+        fence(Ordering::SeqCst);
+        if deadline < self.plan.load(Ordering::Relaxed) {
+            self.wake();
+        }
+    }
+
+    /// A canceller has pushed the first of a batch: wakes the reaper if it sleeps at all,
+    /// so that the cancelled timers' memory comes back now, not at the next deadline.
+    pub(crate) fn notify_sleeping(&self) {
+        fence(Ordering::SeqCst);
+        if self.plan.load(Ordering::Relaxed) != AWAKE {
+            self.wake();
+        }
+    }
+
+    /// Unparks the reaper (if it has registered; before that it has not slept either).
+    pub(crate) fn wake(&self) {
+        if let Some(reaper) = self.reaper.get() {
+            reaper.unpark();
+        }
+    }
+}
