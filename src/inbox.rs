@@ -42,11 +42,12 @@ impl Inbox {
                 return Err(Closed);
             }
             link.store(head, Ordering::Relaxed);
-            // SeqCst: Release publishes the slot (its payload, deadline, link) to the reaper's
-            // Acquire swap; the total order is what the park handshake needs (see `shard`).
+            // Release: publishes the slot (its payload, deadline, link) to the reaper's
+            // Acquire swap. Relaxed on failure: the new head is only re-read. (The park
+            // handshake orders this push with a fence of its own: see `wakeup`.)
             match self
                 .head
-                .compare_exchange_weak(head, index, Ordering::SeqCst, Ordering::Relaxed)
+                .compare_exchange_weak(head, index, Ordering::Release, Ordering::Relaxed)
             {
                 Ok(_) => return Ok(head == NIL),
                 Err(current) => head = current,
