@@ -34,5 +34,6 @@ fn a_stale_handle_cannot_cancel_the_slots_next_timer() {
             h.fired_values.load(loom::sync::atomic::Ordering::SeqCst),
             11
         );
+        assert_eq!(h.drops(), 2, "each payload dropped once");
     });
 }

@@ -74,3 +74,27 @@ impl Clone for Harness {
         }
     }
 }
+
+/// Spawns the reaper loop of `Shard::run` in model form: a pass, then, unless `done`,
+/// plan to sleep until `plan` and park if nothing arrived meanwhile.
+#[allow(dead_code)] // used by some of the models only
+pub fn spawn_reaper(
+    h: &Harness,
+    plan: u64,
+    done: fn(&Harness) -> bool,
+) -> loom::thread::JoinHandle<()> {
+    let h = h.clone();
+    loom::thread::spawn(move || {
+        h.shard.register_reaper();
+        let mut wheel = Wheel::new();
+        loop {
+            h.pass(&mut wheel, 0);
+            if done(&h) {
+                break;
+            }
+            if h.shard.may_sleep(plan) {
+                loom::thread::park();
+            }
+        }
+    })
+}
