@@ -57,16 +57,22 @@ impl<T> Entry<T> {
     }
 }
 
-/// The chunk slot `index` lives in.
+/// The chunk slot `index` lives in, when chunk `c` holds `1 << (FIRST + c)` slots (the
+/// geometric layout this slab and the engine's shared slots both use).
 #[inline]
-fn chunk_of(index: u32) -> usize {
-    let shifted = u64::from(index) + (1 << FIRST_CHUNK_BITS);
-    (63 - shifted.leading_zeros() - FIRST_CHUNK_BITS) as usize
+pub(crate) fn chunk_of<const FIRST: u32>(index: u32) -> usize {
+    let shifted = u64::from(index) + (1 << FIRST);
+    (63 - shifted.leading_zeros() - FIRST) as usize
 }
 
-/// The index of chunk `chunk`'s first slot.
-fn first_index(chunk: usize) -> usize {
-    (1 << (chunk + FIRST_CHUNK_BITS as usize)) - (1 << FIRST_CHUNK_BITS)
+/// The index of chunk `chunk`'s first slot, in the layout of `chunk_of`.
+pub(crate) fn first_index<const FIRST: u32>(chunk: usize) -> usize {
+    (1 << (chunk + FIRST as usize)) - (1 << FIRST)
+}
+
+/// The number of slots of chunk `chunk`, in the layout of `chunk_of`.
+pub(crate) fn chunk_len<const FIRST: u32>(chunk: usize) -> usize {
+    1 << (chunk + FIRST as usize)
 }
 
 /// Chunks of at least this many bytes are aligned to it and backed by transparent huge
@@ -75,7 +81,7 @@ const HUGE_PAGE: usize = 2 << 20;
 
 /// The layout of chunk `chunk`, the same each time it is asked for (`Drop` relies on it).
 fn chunk_layout<T>(chunk: usize) -> Option<Layout> {
-    let layout = Layout::array::<Entry<T>>(1 << (chunk + FIRST_CHUNK_BITS as usize)).ok()?;
+    let layout = Layout::array::<Entry<T>>(chunk_len::<FIRST_CHUNK_BITS>(chunk)).ok()?;
     if layout.size() >= HUGE_PAGE {
         layout.align_to(HUGE_PAGE).ok()
     } else {
@@ -187,13 +193,14 @@ impl<T> Slab<T> {
             return false;
         }
         let index = self.initialized;
-        let chunk = chunk_of(index);
+        let chunk = chunk_of::<FIRST_CHUNK_BITS>(index);
         if chunk == self.bases.len() {
             let Some(layout) = chunk_layout::<T>(chunk) else {
                 return false;
             };
             let memory = allocate_chunk(layout).cast::<Entry<T>>();
-            self.bases.push(memory.wrapping_sub(first_index(chunk)));
+            self.bases
+                .push(memory.wrapping_sub(first_index::<FIRST_CHUNK_BITS>(chunk)));
         }
         let free = Entry {
             value: MaybeUninit::uninit(),
@@ -288,7 +295,7 @@ impl<T> Slab<T> {
     #[inline]
     fn slot(&self, index: u32) -> *mut Entry<T> {
         assert!(index < self.initialized, "slab: slot out of range");
-        let chunk = chunk_of(index);
+        let chunk = chunk_of::<FIRST_CHUNK_BITS>(index);
         // SAFETY: `index < initialized`, and chunks are made in order as `initialized`
         // grows into them, so chunk `chunk` exists. (An unchecked index saves the bounds
         // check that this assertion already implies.)
@@ -315,7 +322,13 @@ impl<T> Drop for Slab<T> {
             // SAFETY: `base + first_index(chunk)` is the pointer `alloc` returned for this
             // chunk with this very layout, and it is freed once, here. Entries need no drop
             // beyond their values, dropped above.
-            unsafe { alloc::dealloc(base.wrapping_add(first_index(chunk)).cast(), layout) };
+            unsafe {
+                alloc::dealloc(
+                    base.wrapping_add(first_index::<FIRST_CHUNK_BITS>(chunk))
+                        .cast(),
+                    layout,
+                )
+            };
         }
     }
 }
@@ -327,22 +340,39 @@ mod tests {
 
     #[test]
     fn chunks_double_in_size_and_tile_the_index_range() {
-        assert_eq!((chunk_of(0), chunk_of(31), chunk_of(32)), (0, 0, 1));
-        assert_eq!((chunk_of(95), chunk_of(96)), (1, 2));
         assert_eq!(
-            (first_index(0), first_index(1), first_index(2)),
+            (
+                chunk_of::<FIRST_CHUNK_BITS>(0),
+                chunk_of::<FIRST_CHUNK_BITS>(31),
+                chunk_of::<FIRST_CHUNK_BITS>(32)
+            ),
+            (0, 0, 1)
+        );
+        assert_eq!(
+            (
+                chunk_of::<FIRST_CHUNK_BITS>(95),
+                chunk_of::<FIRST_CHUNK_BITS>(96)
+            ),
+            (1, 2)
+        );
+        assert_eq!(
+            (
+                first_index::<FIRST_CHUNK_BITS>(0),
+                first_index::<FIRST_CHUNK_BITS>(1),
+                first_index::<FIRST_CHUNK_BITS>(2)
+            ),
             (0, 32, 96)
         );
         // Chunk 26 starts at index 2^31 - 32; the cap leaves only its first 32 slots in use.
-        assert_eq!(chunk_of(MAX_SLOTS - 1), 26);
-        assert_eq!(first_index(26), (1 << 31) - 32);
+        assert_eq!(chunk_of::<FIRST_CHUNK_BITS>(MAX_SLOTS - 1), 26);
+        assert_eq!(first_index::<FIRST_CHUNK_BITS>(26), (1 << 31) - 32);
         // Miri interprets every step; a shorter span still crosses eight chunk boundaries.
         let span = if cfg!(miri) { 10_000 } else { 2_000_000 };
         for index in (0..span).chain([MAX_SLOTS - 33, MAX_SLOTS - 32, MAX_SLOTS - 1]) {
-            let chunk = chunk_of(index);
-            let offset = index as usize - first_index(chunk);
+            let chunk = chunk_of::<FIRST_CHUNK_BITS>(index);
+            let offset = index as usize - first_index::<FIRST_CHUNK_BITS>(chunk);
             assert!(
-                offset < 1 << (chunk + FIRST_CHUNK_BITS as usize),
+                offset < chunk_len::<FIRST_CHUNK_BITS>(chunk),
                 "index {index}"
             );
         }

@@ -28,7 +28,7 @@
 //!   published); a slot whose generation would wrap is retired
 //!   instead of reused, so no handle ever names a later timer.
 
-use crate::slab::NIL;
+use crate::slab::{self, NIL};
 use crate::sync::{AtomicPtr, AtomicU32, AtomicU64, Ordering, UnsafeCell};
 use std::mem::MaybeUninit;
 use std::ptr;
@@ -116,16 +116,17 @@ impl<T> Slot<T> {
     }
 }
 
-/// Where slot `index` lives: (chunk, offset).
+/// Where slot `index` lives: (chunk, offset), in the wheel slab's geometric layout.
 fn locate(index: u32) -> (usize, usize) {
-    let shifted = u64::from(index) + (1 << FIRST_CHUNK_BITS);
-    let chunk = 63 - shifted.leading_zeros() - FIRST_CHUNK_BITS;
-    let offset = shifted - (1 << (chunk + FIRST_CHUNK_BITS));
-    (chunk as usize, offset as usize)
+    let chunk = slab::chunk_of::<FIRST_CHUNK_BITS>(index);
+    (
+        chunk,
+        index as usize - slab::first_index::<FIRST_CHUNK_BITS>(chunk),
+    )
 }
 
 fn chunk_len(chunk: usize) -> usize {
-    1 << (chunk + FIRST_CHUNK_BITS as usize)
+    slab::chunk_len::<FIRST_CHUNK_BITS>(chunk)
 }
 
 /// The free stack's head: a tag in the high half, a slot index (or `NIL`) in the low half.
