@@ -15,6 +15,20 @@ impl fmt::Display for StaleKey {
 
 impl std::error::Error for StaleKey {}
 
+/// A [`TimerHandle`](crate::TimerHandle) that names no pending timer of this
+/// [`Timer`](crate::Timer): its timer ran (or is running) or was cancelled, or the handle is
+/// another timer's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StaleHandle;
+
+impl fmt::Display for StaleHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("handle names no pending timer: it fired, was cancelled, or is another timer's")
+    }
+}
+
+impl std::error::Error for StaleHandle {}
+
 /// The wheel holds as many timers as it can index (2^31); the value is handed back.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct Full<T>(pub T);

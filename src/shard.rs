@@ -1,14 +1,15 @@
 //! A shard: its shared slots, the two inboxes producers feed it through, and its reaper.
 //!
 //! Producers take a slot, write the payload and deadline, mark it `PENDING` and push it on
-//! the inbox; cancellers win the slot's state word and push it on the cancel list. The
-//! reaper is the only thread that touches the shard's `Wheel`: each pass it takes the
-//! cancel list, then the inbox, links the new timers into the wheel, unlinks and frees the
-//! cancelled ones, fires what is due, and parks until the wheel's next deadline.
+//! the inbox; cancellers and resetters change the slot's state word (see `slots`) and push
+//! it on the list of changes. The reaper is the only thread that touches the shard's
+//! `Wheel`: each pass it takes the changes, then the inbox, links the new timers into the
+//! wheel, moves the reset ones, unlinks and frees the cancelled ones, fires what is due,
+//! and parks until the wheel's next deadline.
 //!
-//! Taking the cancel list *before* the inbox is what lets a pass trust that every cancelled
-//! slot it sees has already arrived: a handle only exists once its slot was pushed on the
-//! inbox, so that push happens before any cancel of it, and a swap that sees the cancel is
+//! Taking the changes *before* the inbox is what lets a pass trust that every changed slot
+//! it sees has already arrived: a handle only exists once its slot was pushed on the inbox,
+//! so that push happens before any change of it, and a swap that sees the change is
 //! followed by a swap that sees the push.
 //!
 //! Before parking, the reaper publishes the tick it plans to wake at and looks at both
@@ -20,7 +21,9 @@ use crate::clock::Clock;
 use crate::handle::Key;
 use crate::inbox::{Closed, Inbox};
 use crate::slab::NIL;
-use crate::slots::{self, CANCELLED, FIRING, NO_KEY, PENDING, Slot, Slots};
+use crate::slots::{
+    self, CANCELLED, FIRING, FLAGS, NO_KEY, PENDING, QUEUED, RESETTING, Slot, Slots,
+};
 use crate::sync::{self, AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use crate::wakeup::Wakeup;
 use crate::wheel::Wheel;
@@ -39,7 +42,7 @@ pub enum Refused<T> {
 pub struct Shard<T> {
     slots: Slots<T>,
     inbox: Inbox,
-    cancels: Inbox,
+    changes: Inbox,
     wakeup: Wakeup,
     pending: AtomicUsize,
     max_pending: usize,
@@ -53,7 +56,7 @@ impl<T> Shard<T> {
         Shard {
             slots: Slots::new(),
             inbox: Inbox::new(),
-            cancels: Inbox::new(),
+            changes: Inbox::new(),
             wakeup: Wakeup::new(),
             pending: AtomicUsize::new(0),
             max_pending,
@@ -114,24 +117,86 @@ impl<T> Shard<T> {
         let Some(slot) = self.slots.get(index) else {
             return false;
         };
-        // AcqRel on success: Acquire sees the payload the producer published (the reaper
-        // drops it later on our behalf); Release hands the CANCELLED state to the reaper.
-        // Relaxed on failure: nothing was changed, nothing is read.
-        let won = slot.state.compare_exchange(
-            slots::word(generation, PENDING),
-            slots::word(generation, CANCELLED),
-            Ordering::AcqRel,
-            Ordering::Relaxed,
-        );
-        if won.is_err() {
-            return false;
+        // Relaxed: only a first guess for the CAS, which checks it.
+        let mut current = slot.state.load(Ordering::Relaxed);
+        loop {
+            if current & !FLAGS != slots::word(generation, PENDING) {
+                return false;
+            }
+            // A reset under way pushes the change when it is done; otherwise this does.
+            let queue = if current & RESETTING == 0 { QUEUED } else { 0 };
+            let cancelled = slots::word(generation, CANCELLED) | (current & FLAGS) | queue;
+            // AcqRel on success: Acquire sees the payload the producer published (the
+            // reaper drops it later on our behalf) and orders the push below after the
+            // reaper's read of `change_link`; Release hands the CANCELLED state to the
+            // reaper. Relaxed on failure: the value is only looked at again.
+            match slot.state.compare_exchange_weak(
+                current,
+                cancelled,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => break,
+                Err(seen) => current = seen,
+            }
         }
         self.pending.fetch_sub(1, Ordering::Relaxed);
-        // A closed list means the reaper is gone; the slots' drop frees the payload.
-        if let Ok(true) = self.cancels.push(index, &slot.cancel_link) {
-            self.wakeup.notify_sleeping();
+        if current & (RESETTING | QUEUED) == 0 {
+            // A closed list means the reaper is gone; the slots' drop frees the payload.
+            if let Ok(true) = self.changes.push(index, &slot.change_link) {
+                self.wakeup.notify_sleeping();
+            }
         }
         true
+    }
+
+    /// Moves the pending timer in slot `index` of generation `generation` to tick
+    /// `deadline`; true if it was pending, false (and nothing changed) otherwise.
+    pub fn reset(&self, index: u32, generation: u32, deadline: u64) -> bool {
+        let Some(slot) = self.slots.get(index) else {
+            return false;
+        };
+        let mut current = slot.state.load(Ordering::Relaxed);
+        loop {
+            if current & !FLAGS != slots::word(generation, PENDING) {
+                return false;
+            }
+            if current & RESETTING != 0 {
+                // Another reset of this timer is under way and ends after this instant:
+                // this one counts as done just before it, and its deadline as overwritten.
+                return true;
+            }
+            // Acquire on success: orders the deadline store below after the last
+            // resetter's (whose flag-clearing RMW was a Release), so the newest wins.
+            match slot.state.compare_exchange_weak(
+                current,
+                current | RESETTING,
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => break,
+                Err(seen) => current = seen,
+            }
+        }
+        // Relaxed: published by the Release below.
+        slot.deadline.store(deadline, Ordering::Relaxed);
+        // AcqRel: Release publishes the deadline to the reaper, whose Acquire clears
+        // QUEUED; Acquire orders a push below after the reaper's read of `change_link`.
+        // The closure always returns `Some`, so the update cannot fail.
+        let before = slot
+            .state
+            .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |word| {
+                Some((word & !RESETTING) | QUEUED)
+            })
+            .unwrap_or_else(|word| word);
+        if before & QUEUED == 0 {
+            // A closed list means the reaper is winding up: it finds the slot in its wheel
+            // all the same.
+            let _ = self.changes.push(index, &slot.change_link);
+        }
+        self.wakeup.notify(deadline);
+        // A cancel that came while the reset was under way won: the timer is gone.
+        slots::split(before).1 == PENDING
     }
 
     /// Asks the reaper to stop; `run` then returns the unfired payloads.
@@ -178,13 +243,27 @@ impl<T> Shard<T> {
     /// every timer due at tick `now`.
     pub fn pass(&self, wheel: &mut Wheel<u32>, now: u64, handler: &(dyn Fn(T) + Sync)) {
         self.wakeup.awake();
-        // Cancels first, then arrivals: see the module doc.
-        let cancels = self.cancels.take_all();
+        // Changes first, then arrivals: see the module doc.
+        let changes = self.changes.take_all();
         let arrivals = self.inbox.take_all();
         self.arrive(wheel, arrivals);
-        self.free_cancelled(wheel, cancels);
+        self.apply_changes(wheel, changes);
         while let Some(expired) = wheel.poll_expired(now) {
-            self.fire(expired.value, handler);
+            let index = expired.value;
+            let slot = self.slot(index);
+            slot.wheel_key.store(NO_KEY, Ordering::Relaxed);
+            // Relaxed: only the reaper changes the generation, so this read is its own.
+            let (generation, _) = slots::split(slot.state.load(Ordering::Relaxed));
+            match self.claim(index, slot, slots::word(generation, PENDING)) {
+                Ok(payload) => self.contain(|| handler(payload)),
+                // A reset is on its way: keep the timer in the wheel until it lands, so that
+                // a pending timer is always in the wheel (shutdown finds it there).
+                Err(seen) if slots::split(seen).1 == PENDING => {
+                    self.place(wheel, index, slot, now.saturating_add(1));
+                }
+                // Cancelled: its change frees it.
+                Err(_) => {}
+            }
         }
     }
 
@@ -192,7 +271,7 @@ impl<T> Shard<T> {
     /// whether it may (nothing arrived meanwhile).
     pub fn may_sleep(&self, tick: u64) -> bool {
         self.wakeup.plan_sleep(tick);
-        self.inbox.is_empty() && self.cancels.is_empty() && !self.stopping.load(Ordering::Relaxed)
+        self.inbox.is_empty() && self.changes.is_empty() && !self.stopping.load(Ordering::Relaxed)
     }
 
     /// Links newly arrived timers into the wheel, except those cancelled on the way.
@@ -203,46 +282,62 @@ impl<T> Shard<T> {
             // Acquire: pairs with the canceller's Release (the inbox swap already made the
             // producer's writes visible).
             let (_, state) = slots::split(slot.state.load(Ordering::Acquire));
-            let key = if state == CANCELLED {
-                NO_KEY
-            } else {
-                let deadline = slot.deadline.load(Ordering::Relaxed);
-                wheel.insert(deadline, at).to_bits()
-            };
-            // Relaxed: the key is the reaper's own bookkeeping.
-            slot.wheel_key.store(key, Ordering::Relaxed);
+            if state == PENDING {
+                // A reset under way may be writing the deadline: either value will do, as
+                // its change moves the timer once it lands.
+                self.place(wheel, at, slot, slot.deadline.load(Ordering::Relaxed));
+            }
             at = next;
         }
     }
 
-    /// Unlinks cancelled timers from the wheel, drops their payloads, frees their slots.
-    fn free_cancelled(&self, wheel: &mut Wheel<u32>, mut at: u32) {
+    /// Links slot `index` into the wheel at `deadline`, or moves it there if it is in.
+    fn place(&self, wheel: &mut Wheel<u32>, index: u32, slot: &Slot<T>, deadline: u64) {
+        // Relaxed: the key is the reaper's own bookkeeping.
+        let key = slot.wheel_key.load(Ordering::Relaxed);
+        if key == NO_KEY || wheel.reset(Key::from_bits(key), deadline).is_err() {
+            let key = wheel.insert(deadline, index).to_bits();
+            slot.wheel_key.store(key, Ordering::Relaxed);
+        }
+    }
+
+    /// Applies the cancels and resets on the changes list.
+    fn apply_changes(&self, wheel: &mut Wheel<u32>, mut at: u32) {
         while at != NIL {
             let slot = self.slot(at);
-            let next = slot.cancel_link.load(Ordering::Relaxed);
-            let key = slot.wheel_key.swap(NO_KEY, Ordering::Relaxed);
-            if key != NO_KEY {
-                wheel.cancel(Key::from_bits(key));
+            let next = slot.change_link.load(Ordering::Relaxed);
+            // AcqRel: Acquire sees what the canceller or resetter published; Release orders
+            // the read of `change_link` above before the next push of this slot, which can
+            // start as soon as QUEUED is clear.
+            let word = slot.state.fetch_and(!QUEUED, Ordering::AcqRel);
+            debug_assert_ne!(word & QUEUED, 0);
+            // Under a reset, the resetter pushes the slot again when it is done.
+            if word & RESETTING == 0 {
+                match slots::split(word) {
+                    (generation, CANCELLED) => self.free_cancelled(wheel, at, slot, generation),
+                    (_, state) => {
+                        debug_assert_eq!(state, PENDING, "queued slots do not fire");
+                        self.place(wheel, at, slot, slot.deadline.load(Ordering::Relaxed));
+                    }
+                }
             }
-            // Acquire: pairs with the canceller's Release (see `cancel`).
-            let (generation, state) = slots::split(slot.state.load(Ordering::Acquire));
-            debug_assert_eq!(state, CANCELLED);
-            // SAFETY: the slot was published and then cancelled, so its payload is
-            // initialised, and only this reaper takes it, once, before freeing the slot.
-            let payload = unsafe { slot.take_payload() };
-            // Freed before the payload is dropped: a panicking `Drop` must find the slot
-            // already free, never leave a moved-out payload behind to be dropped again.
-            self.slots.release(at, slot, generation);
-            self.contain(|| drop(payload));
             at = next;
         }
     }
 
-    /// Runs the timer in slot `index` unless it was cancelled (its cancel message frees it).
-    fn fire(&self, index: u32, handler: &(dyn Fn(T) + Sync)) {
-        if let Some(payload) = self.claim(index) {
-            self.contain(|| handler(payload));
+    /// Unlinks a cancelled timer from the wheel, drops its payload, frees its slot.
+    fn free_cancelled(&self, wheel: &mut Wheel<u32>, index: u32, slot: &Slot<T>, generation: u32) {
+        let key = slot.wheel_key.swap(NO_KEY, Ordering::Relaxed);
+        if key != NO_KEY {
+            wheel.cancel(Key::from_bits(key));
         }
+        // SAFETY: the slot was published and then cancelled, and no reset holds it, so its
+        // payload is initialised and only this reaper takes it, once, before freeing it.
+        let payload = unsafe { slot.take_payload() };
+        // Freed before the payload is dropped: a panicking `Drop` must find the slot
+        // already free, never leave a moved-out payload behind to be dropped again.
+        self.slots.release(index, slot, generation);
+        self.contain(|| drop(payload));
     }
 
     /// Runs user code (a callback, or a payload's `Drop`) so that a panic in it is counted
@@ -254,41 +349,59 @@ impl<T> Shard<T> {
         }
     }
 
-    /// Wins slot `index` from `PENDING` for the reaper, takes its payload and frees it.
-    /// `None` if a cancel won first.
-    fn claim(&self, index: u32) -> Option<T> {
-        let slot = self.slot(index);
-        slot.wheel_key.store(NO_KEY, Ordering::Relaxed);
-        // Relaxed: only the reaper changes the generation, so this read is its own.
-        let (generation, _) = slots::split(slot.state.load(Ordering::Relaxed));
+    /// Wins slot `index` for the reaper if its state word is `expected` (a pending one),
+    /// takes its payload and frees it; otherwise returns the word it found.
+    fn claim(&self, index: u32, slot: &Slot<T>, expected: u64) -> Result<T, u64> {
         // Acquire on success: the payload the producer published. The race with `cancel`
-        // is decided here: exactly one of the two CASes from PENDING succeeds.
-        slot.state
-            .compare_exchange(
-                slots::word(generation, PENDING),
-                slots::word(generation, FIRING),
-                Ordering::Acquire,
-                Ordering::Relaxed,
-            )
-            .ok()?;
+        // is decided here: exactly one of the two CASes from PENDING succeeds. Acquire on
+        // failure too: the caller looks at the state it returns.
+        let (generation, _) = slots::split(expected);
+        slot.state.compare_exchange(
+            expected,
+            slots::word(generation, FIRING),
+            Ordering::Acquire,
+            Ordering::Acquire,
+        )?;
         self.pending.fetch_sub(1, Ordering::Relaxed);
         // SAFETY: the CAS made this reaper the only owner of a published payload.
         let payload = unsafe { slot.take_payload() };
         // Freed before the callback runs: a slow callback holds no slot.
         self.slots.release(index, slot, generation);
-        Some(payload)
+        Ok(payload)
     }
 
     /// At shutdown: refuses new timers and hands back every pending payload.
     fn wind_up(&self, wheel: &mut Wheel<u32>) -> Vec<T> {
-        let cancels = self.cancels.close();
+        let changes = self.changes.close();
         let arrivals = self.inbox.close();
         self.arrive(wheel, arrivals);
-        self.free_cancelled(wheel, cancels);
-        wheel
-            .drain_expired(u64::MAX)
-            .filter_map(|expired| self.claim(expired.value))
-            .collect()
+        self.apply_changes(wheel, changes);
+        let mut unfired = Vec::new();
+        for expired in wheel.drain_expired(u64::MAX) {
+            let slot = self.slot(expired.value);
+            // A reset that comes now still finds its slot pending, and a cancel still
+            // wins; neither can queue a change any more, so take the slot as it stands.
+            let mut seen = slot.state.load(Ordering::Acquire);
+            loop {
+                if seen & RESETTING != 0 {
+                    // The resetter is between two instructions; it never waits on us.
+                    sync::thread::yield_now();
+                    seen = slot.state.load(Ordering::Acquire);
+                    continue;
+                }
+                if slots::split(seen).1 != PENDING {
+                    break;
+                }
+                match self.claim(expired.value, slot, seen) {
+                    Ok(payload) => {
+                        unfired.push(payload);
+                        break;
+                    }
+                    Err(now_seen) => seen = now_seen,
+                }
+            }
+        }
+        unfired
     }
 
     fn slot(&self, index: u32) -> &Slot<T> {

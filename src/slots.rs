@@ -9,7 +9,8 @@
 //! (the ABA problem). Producers pop; the reaper pushes, and so does a producer giving back a
 //! slot the closed inbox refused (a tagged push is safe with any number of pushers).
 //!
-//! Each slot has one state word, generation (high 32 bits) and state (low 2 bits):
+//! Each slot has one state word: generation (high 32 bits), state (low 2 bits) and two
+//! flags above the state, `RESETTING` and `QUEUED`:
 //!
 //! ```text
 //!   g|FREE --producer--> g|PENDING --reaper--> g|FIRING    --reaper--> (g+1)|FREE
@@ -23,6 +24,13 @@
 //! - `cancel` and the reaper's firing both start from `g|PENDING` with a CAS, so exactly one
 //!   of them wins: a timer either runs once or is cancelled, never both. A handle of another
 //!   generation, or a slot in any other state, fails the CAS and changes nothing.
+//! - `reset` sets `RESETTING` on a `g|PENDING` slot, which gives it the deadline field;
+//!   then it clears the flag and sets `QUEUED`. The reaper fires only a slot with neither
+//!   flag, and frees none with `RESETTING`, so a reset never writes a deadline into a slot
+//!   that has moved on to another timer. A cancel during a reset still wins at once (it
+//!   marks the slot `CANCELLED` and leaves the flag for the resetter to clear).
+//! - `QUEUED` says the slot is on the shard's list of changes (cancels and resets), so it
+//!   is pushed there at most once at a time; the reaper clears it as it takes the change.
 //! - Only the reaper moves a published slot to `(g+1)|FREE`, after it has taken the
 //!   payload and unlinked the slot from its wheel (a producer may free a slot it never
 //!   published); a slot whose generation would wrap is retired
@@ -39,6 +47,12 @@ pub(crate) const PENDING: u64 = 1;
 pub(crate) const FIRING: u64 = 2;
 pub(crate) const CANCELLED: u64 = 3;
 const STATE_MASK: u64 = 3;
+/// Flag: a `reset` owns the slot's deadline field (see the module doc).
+pub(crate) const RESETTING: u64 = 4;
+/// Flag: the slot is on the shard's list of changes.
+pub(crate) const QUEUED: u64 = 8;
+/// Both flags.
+pub(crate) const FLAGS: u64 = RESETTING | QUEUED;
 
 /// `Slot::wheel_key` of a slot that is not in the wheel: a key the wheel never issues
 /// (its slab indices stay below 2^31).
@@ -56,7 +70,7 @@ pub(crate) const fn word(generation: u32, state: u64) -> u64 {
     ((generation as u64) << 32) | state
 }
 
-/// The generation and state of a state word.
+/// The generation and state of a state word (its flags left out).
 pub(crate) const fn split(word: u64) -> (u32, u64) {
     ((word >> 32) as u32, word & STATE_MASK)
 }
@@ -64,12 +78,13 @@ pub(crate) const fn split(word: u64) -> (u32, u64) {
 /// One timer slot, shared between the producers, cancellers and the reaper.
 pub(crate) struct Slot<T> {
     pub(crate) state: AtomicU64,
-    /// The tick it is due at; written by the producer before it publishes the slot.
+    /// The tick it is due at; written by the producer before it publishes the slot, and
+    /// after that only by a `reset` holding the `RESETTING` flag.
     pub(crate) deadline: AtomicU64,
     /// Next slot in the free stack or in the shard's inbox (a slot is never in both).
     pub(crate) link: AtomicU32,
-    /// Next slot in the shard's list of cancelled timers.
-    pub(crate) cancel_link: AtomicU32,
+    /// Next slot in the shard's list of changes (cancels and resets).
+    pub(crate) change_link: AtomicU32,
     /// The slot's key in the reaper's wheel (`NO_KEY` when not in it). Only the reaper
     /// touches it; an atomic rather than a cell because it costs nothing and needs no
     /// `unsafe`.
@@ -84,7 +99,7 @@ impl<T> Slot<T> {
             state: AtomicU64::new(word(0, FREE)),
             deadline: AtomicU64::new(0),
             link: AtomicU32::new(NIL),
-            cancel_link: AtomicU32::new(NIL),
+            change_link: AtomicU32::new(NIL),
             wheel_key: AtomicU64::new(NO_KEY),
             payload: UnsafeCell::new(MaybeUninit::uninit()),
         }

@@ -6,7 +6,7 @@
 //! handle names its shard.
 
 use crate::clock::Clock;
-use crate::error::{BuildError, ScheduleError};
+use crate::error::{BuildError, ScheduleError, StaleHandle};
 use crate::handle::TimerHandle;
 use crate::shard::{Refused, Shard};
 use std::cell::Cell;
@@ -81,12 +81,49 @@ impl Builder {
         self
     }
 
-    /// Starts the reaper threads.
+    /// Starts the reaper threads of a [`Timer`] of boxed callbacks.
     ///
     /// # Errors
     ///
     /// [`BuildError`] if the shard count or tick is zero, or a thread cannot be started.
     pub fn build(self) -> Result<Timer, BuildError> {
+        self.build_with(|callback: Callback| callback())
+    }
+
+    /// Starts the reaper threads of a payload-generic [`Timer<T>`]: every timer carries a
+    /// `T`, and `handler` runs with it, on a reaper thread, when the timer comes due. Nothing
+    /// is allocated per timer (the payload lives in the shard's slab).
+    ///
+    /// ```
+    /// use std::sync::atomic::{AtomicU64, Ordering};
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    ///
+    /// let expired = Arc::new(AtomicU64::new(0));
+    /// let counter = Arc::clone(&expired);
+    /// let timer = shardwheel::Timer::builder()
+    ///     .shards(1)
+    ///     .build_with(move |request_id: u64| {
+    ///         counter.fetch_add(request_id, Ordering::Relaxed);
+    ///     })
+    ///     .unwrap();
+    /// timer.insert(Duration::from_millis(1), 7).unwrap();
+    /// let cancelled = timer.insert(Duration::from_secs(30), 100).unwrap();
+    /// assert!(timer.cancel(cancelled));
+    /// while timer.pending() > 0 {
+    ///     std::thread::sleep(Duration::from_millis(1));
+    /// }
+    /// assert!(timer.shutdown().is_empty());
+    /// assert_eq!(expired.load(Ordering::Relaxed), 7);
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`build`](Self::build).
+    pub fn build_with<T: Send + 'static>(
+        self,
+        handler: impl Fn(T) + Send + Sync + 'static,
+    ) -> Result<Timer<T>, BuildError> {
         if self.shards == 0 || self.shards > u32::MAX as usize {
             return Err(BuildError::Shards(self.shards));
         }
@@ -94,14 +131,14 @@ impl Builder {
             return Err(BuildError::ZeroTick);
         }
         let per_shard = self.max_pending.div_ceil(self.shards);
-        let shards: Arc<[Shard<Callback>]> =
-            (0..self.shards).map(|_| Shard::new(per_shard)).collect();
+        let shards: Arc<[Shard<T>]> = (0..self.shards).map(|_| Shard::new(per_shard)).collect();
         let clock = Clock::new(self.tick);
         let cores = if self.pin_threads {
             core_affinity::get_core_ids().unwrap_or_default()
         } else {
             Vec::new()
         };
+        let handler = Arc::new(handler);
         let timer = Timer {
             id: NEXT_TIMER_ID.fetch_add(1, Ordering::Relaxed),
             shards: Arc::clone(&shards),
@@ -110,6 +147,7 @@ impl Builder {
         };
         for index in 0..self.shards {
             let shards = Arc::clone(&shards);
+            let handler = Arc::clone(&handler);
             let core = (!cores.is_empty()).then(|| cores[index % cores.len()]);
             let reaper = std::thread::Builder::new()
                 .name(format!("shardwheel-reaper-{index}"))
@@ -118,7 +156,7 @@ impl Builder {
                         // Pinning is an optimisation: where it is refused, run unpinned.
                         let _ = core_affinity::set_for_current(core);
                     }
-                    shards[index].run(&clock, &|callback: Callback| callback())
+                    shards[index].run(&clock, &*handler)
                 });
             match reaper {
                 Ok(handle) => lock(&timer.reapers).push(handle),
@@ -147,14 +185,17 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// A sharded timer engine: schedule callbacks from any thread; each runs once on a reaper
+/// A sharded timer engine: schedule timers from any thread; each fires once on a reaper
 /// thread when due, unless cancelled first.
 ///
 /// # Usage
 ///
-/// [`schedule`](Self::schedule) returns a [`TimerHandle`]; [`cancel`](Self::cancel) with
-/// it from any thread in O(1). [`shutdown`](Self::shutdown) (or dropping the timer) stops
-/// the reapers and hands back the callbacks that had not run.
+/// `Timer` (that is, `Timer<Callback>`) runs boxed callbacks:
+/// [`schedule`](Self::schedule) returns a [`TimerHandle`]; [`cancel`](Self::cancel) and
+/// [`reset`](Self::reset) take it, from any thread, in O(1). [`shutdown`](Self::shutdown)
+/// (or dropping the timer) stops the reapers and hands back the callbacks that had not run.
+/// `Timer<T>`, made by [`Builder::build_with`], carries a payload `T` per timer instead and
+/// runs one handler for all of them; [`insert`](Self::insert) schedules one.
 ///
 /// Callbacks run on the shard's reaper thread, one after another: a slow callback delays
 /// the shard's other timers (hand long work to an executor or a channel from the callback).
@@ -181,11 +222,11 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// thread, fed through lock-free intrusive inboxes from a shared slab of slots; cancel is
 /// one compare-and-swap on the slot's state word. See the `shard`, `inbox` and `slots`
 /// module docs.
-pub struct Timer {
+pub struct Timer<T: Send + 'static = Callback> {
     id: u32,
-    shards: Arc<[Shard<Callback>]>,
+    shards: Arc<[Shard<T>]>,
     clock: Clock,
-    reapers: Mutex<Vec<JoinHandle<Vec<Callback>>>>,
+    reapers: Mutex<Vec<JoinHandle<Vec<T>>>>,
 }
 
 impl Timer {
@@ -207,7 +248,7 @@ impl Timer {
         delay: Duration,
         callback: impl FnOnce() + Send + 'static,
     ) -> Result<TimerHandle, ScheduleError<Callback>> {
-        self.schedule_tick(self.clock.deadline_after(delay), Box::new(callback))
+        self.insert(delay, Box::new(callback))
     }
 
     /// Schedules `callback` to run once at `instant` (at once if it has passed).
@@ -220,19 +261,38 @@ impl Timer {
         instant: Instant,
         callback: impl FnOnce() + Send + 'static,
     ) -> Result<TimerHandle, ScheduleError<Callback>> {
-        self.schedule_tick(self.clock.deadline_at(instant), Box::new(callback))
+        self.insert_at(instant, Box::new(callback))
+    }
+}
+
+impl<T: Send + 'static> Timer<T> {
+    /// Schedules a timer carrying `payload`, due `delay` from now: the handler given to
+    /// [`Builder::build_with`] runs with it then. Lock-free, from any thread, as
+    /// [`schedule`](Timer::schedule); a `delay` beyond the tick range is clamped to its end.
+    ///
+    /// # Errors
+    ///
+    /// [`ScheduleError::Full`] beyond `max_pending`, [`ScheduleError::Shutdown`] after
+    /// shutdown; both hand the payload back.
+    pub fn insert(&self, delay: Duration, payload: T) -> Result<TimerHandle, ScheduleError<T>> {
+        self.insert_tick(self.clock.deadline_after(delay), payload)
     }
 
-    fn schedule_tick(
-        &self,
-        deadline: u64,
-        callback: Callback,
-    ) -> Result<TimerHandle, ScheduleError<Callback>> {
+    /// Schedules a timer carrying `payload`, due at `instant` (at once if it has passed).
+    ///
+    /// # Errors
+    ///
+    /// As [`insert`](Self::insert).
+    pub fn insert_at(&self, instant: Instant, payload: T) -> Result<TimerHandle, ScheduleError<T>> {
+        self.insert_tick(self.clock.deadline_at(instant), payload)
+    }
+
+    fn insert_tick(&self, deadline: u64, payload: T) -> Result<TimerHandle, ScheduleError<T>> {
         let shard = self.producer_shard();
-        match self.shards[shard].schedule(deadline, callback) {
+        match self.shards[shard].schedule(deadline, payload) {
             Ok((slot, generation)) => Ok(TimerHandle::new(self.id, shard as u32, slot, generation)),
-            Err(Refused::Full(callback)) => Err(ScheduleError::Full(callback)),
-            Err(Refused::Closed(callback)) => Err(ScheduleError::Shutdown(callback)),
+            Err(Refused::Full(payload)) => Err(ScheduleError::Full(payload)),
+            Err(Refused::Closed(payload)) => Err(ScheduleError::Shutdown(payload)),
         }
     }
 
@@ -247,16 +307,52 @@ impl Timer {
         })
     }
 
+    /// This timer's shard that `handle` names, if it is one of this timer's handles.
+    fn shard_of(&self, handle: TimerHandle) -> Option<&Shard<T>> {
+        if handle.timer() != self.id {
+            return None;
+        }
+        self.shards.get(handle.shard() as usize)
+    }
+
     /// Cancels a timer: true if it was pending and now will never run; false if it already
     /// ran or is running, was cancelled, or the handle is not this timer's. O(1), lock-free,
     /// from any thread; the slot is freed by the next reaper pass, which a cancel starts.
     pub fn cancel(&self, handle: TimerHandle) -> bool {
-        if handle.timer() != self.id {
-            return false;
-        }
-        self.shards
-            .get(handle.shard() as usize)
+        self.shard_of(handle)
             .is_some_and(|shard| shard.cancel(handle.slot(), handle.generation()))
+    }
+
+    /// Moves a pending timer to `delay` from now, keeping its handle and payload: the
+    /// idle-timeout pattern (push the deadline back on every message). O(1), lock-free, from
+    /// any thread. A timer already due but not yet run is still moved.
+    ///
+    /// Two resets of one timer racing each other both succeed and one deadline wins; a
+    /// reset racing a cancel either succeeds before the cancel or fails after it.
+    ///
+    /// # Errors
+    ///
+    /// [`StaleHandle`] if the timer already ran or is running, was cancelled, or the handle
+    /// is not this timer's; nothing changes then.
+    pub fn reset(&self, handle: TimerHandle, delay: Duration) -> Result<(), StaleHandle> {
+        self.reset_tick(handle, self.clock.deadline_after(delay))
+    }
+
+    /// Moves a pending timer to `instant`, as [`reset`](Self::reset) does.
+    ///
+    /// # Errors
+    ///
+    /// As [`reset`](Self::reset).
+    pub fn reset_at(&self, handle: TimerHandle, instant: Instant) -> Result<(), StaleHandle> {
+        self.reset_tick(handle, self.clock.deadline_at(instant))
+    }
+
+    fn reset_tick(&self, handle: TimerHandle, deadline: u64) -> Result<(), StaleHandle> {
+        let shard = self.shard_of(handle).ok_or(StaleHandle)?;
+        shard
+            .reset(handle.slot(), handle.generation(), deadline)
+            .then_some(())
+            .ok_or(StaleHandle)
     }
 
     /// Timers scheduled and not yet fired or cancelled.
@@ -264,7 +360,8 @@ impl Timer {
         self.shards.iter().map(Shard::pending).sum()
     }
 
-    /// Callbacks that panicked (each was caught; its shard went on).
+    /// Callbacks (or handler calls, or payload drops) that panicked; each was caught and
+    /// its shard went on.
     pub fn panicked(&self) -> u64 {
         self.shards.iter().map(Shard::panicked).sum()
     }
@@ -274,10 +371,10 @@ impl Timer {
         self.shards.len()
     }
 
-    /// Stops every reaper and returns the callbacks of the timers that had not fired,
-    /// unrun. Scheduling afterwards fails with [`ScheduleError::Shutdown`]. Calling it
-    /// again returns nothing more. Dropping the timer shuts it down and drops the callbacks.
-    pub fn shutdown(&self) -> Vec<Callback> {
+    /// Stops every reaper and returns the payloads (callbacks) of the timers that had not
+    /// fired, unrun. Scheduling afterwards fails with [`ScheduleError::Shutdown`]. Calling
+    /// it again returns nothing more. Dropping the timer shuts it down and drops them.
+    pub fn shutdown(&self) -> Vec<T> {
         for shard in self.shards.iter() {
             shard.stop();
         }
@@ -289,13 +386,13 @@ impl Timer {
     }
 }
 
-impl Drop for Timer {
+impl<T: Send + 'static> Drop for Timer<T> {
     fn drop(&mut self) {
         drop(self.shutdown());
     }
 }
 
-impl std::fmt::Debug for Timer {
+impl<T: Send + 'static> std::fmt::Debug for Timer<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Timer")
             .field("shards", &self.shards.len())

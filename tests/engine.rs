@@ -1,8 +1,8 @@
 //! The `Timer` engine from the outside: firing, cancelling from other threads, shutdown,
 //! bounds, panics, and a stress test that counts every timer.
 
-use shardwheel::{BuildError, ScheduleError, Timer};
-use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use shardwheel::{BuildError, ScheduleError, StaleHandle, Timer};
+use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::thread;
@@ -276,4 +276,172 @@ fn a_cancelled_callback_whose_drop_panics_is_dropped_once_and_the_shard_goes_on(
         .expect("the reaper survived the panicking drop");
     assert!(timer.shutdown().is_empty());
     assert_eq!(timer.panicked(), 1);
+}
+
+#[test]
+fn a_reset_timer_fires_at_its_new_deadline_not_its_old_one() {
+    let timer = timer(1);
+    let (tx, rx) = mpsc::channel();
+    let later = Instant::now() + Duration::from_millis(150);
+    let handle = timer
+        .schedule(Duration::from_millis(5), move || {
+            tx.send(Instant::now()).unwrap()
+        })
+        .unwrap();
+    timer.reset_at(handle, later).unwrap();
+    let ran = rx.recv_timeout(Duration::from_secs(5)).expect("fired");
+    assert!(
+        ran >= later,
+        "fired {:?} before its new deadline",
+        later - ran
+    );
+
+    // And earlier: a timer a minute away, reset to now, runs now.
+    let (tx, rx) = mpsc::channel();
+    let handle = timer
+        .schedule(Duration::from_secs(60), move || tx.send(()).unwrap())
+        .unwrap();
+    timer.reset(handle, Duration::ZERO).unwrap();
+    rx.recv_timeout(Duration::from_secs(5))
+        .expect("fired early");
+    assert_eq!(timer.pending(), 0);
+}
+
+#[test]
+fn resetting_a_fired_cancelled_or_foreign_timer_is_an_error() {
+    let timer = timer(1);
+    let other = self::timer(1);
+    let (tx, rx) = mpsc::channel();
+    let fired = timer
+        .schedule(Duration::ZERO, move || tx.send(()).unwrap())
+        .unwrap();
+    rx.recv_timeout(Duration::from_secs(5)).unwrap();
+    assert!(wait_for(Duration::from_secs(5), || timer.pending() == 0));
+    assert_eq!(timer.reset(fired, Duration::ZERO), Err(StaleHandle));
+    let cancelled = timer.schedule(Duration::from_secs(60), || {}).unwrap();
+    assert!(timer.cancel(cancelled));
+    assert_eq!(timer.reset(cancelled, Duration::ZERO), Err(StaleHandle));
+    let foreign = other.schedule(Duration::from_secs(60), || {}).unwrap();
+    assert_eq!(timer.reset(foreign, Duration::ZERO), Err(StaleHandle));
+    assert_eq!(other.pending(), 1, "the other timer's timer was left alone");
+    // Reset keeps the handle: it still cancels.
+    let kept = timer.schedule(Duration::from_secs(60), || {}).unwrap();
+    timer.reset(kept, Duration::from_secs(30)).unwrap();
+    assert!(timer.cancel(kept));
+}
+
+#[test]
+fn a_payload_timer_hands_unfired_payloads_back_at_shutdown() {
+    let fired = Arc::new(AtomicU64::new(0));
+    let sum = Arc::clone(&fired);
+    let timer = Timer::builder()
+        .shards(2)
+        .build_with(move |value: u64| {
+            sum.fetch_add(value, Ordering::Relaxed);
+        })
+        .unwrap();
+    timer.insert(Duration::ZERO, 1).unwrap();
+    let moved = timer.insert(Duration::from_secs(60), 10).unwrap();
+    timer.insert(Duration::from_secs(60), 100).unwrap();
+    timer.reset(moved, Duration::ZERO).unwrap();
+    assert!(wait_for(Duration::from_secs(5), || timer.pending() == 1));
+    let mut unfired = timer.shutdown();
+    unfired.sort_unstable();
+    assert_eq!(unfired, [100]);
+    assert_eq!(fired.load(Ordering::Relaxed), 11);
+    assert!(matches!(
+        timer.insert(Duration::ZERO, 5),
+        Err(ScheduleError::Shutdown(5))
+    ));
+}
+
+/// What the reset stress test knows of one timer.
+#[derive(Default)]
+struct Record {
+    runs: AtomicU8,
+    /// Nanoseconds from the test's start: when it ran, and the deadline it must not beat.
+    ran_at: AtomicU64,
+    not_before: AtomicU64,
+    cancelled: AtomicU8,
+}
+
+#[test]
+fn schedules_resets_and_cancels_from_two_threads_keep_every_timer_exactly_once() {
+    const PER_PRODUCER: usize = 500_000;
+    const PRODUCERS: usize = 2;
+    let start = Instant::now();
+    let records: Arc<Vec<Record>> = Arc::new(
+        (0..PER_PRODUCER * PRODUCERS)
+            .map(|_| Record::default())
+            .collect(),
+    );
+    let seen = Arc::clone(&records);
+    let timer = Timer::builder()
+        .shards(2)
+        .build_with(move |id: u32| {
+            let record = &seen[id as usize];
+            record.runs.fetch_add(1, Ordering::Relaxed);
+            let ran_at = start.elapsed().as_nanos() as u64;
+            record.ran_at.store(ran_at, Ordering::Relaxed);
+        })
+        .unwrap();
+    thread::scope(|s| {
+        for producer in 0..PRODUCERS {
+            let (timer, records) = (&timer, &records);
+            s.spawn(move || {
+                let mut seed = 0x9e37_79b9 + producer as u64;
+                let mut random = move |bound: u64| {
+                    seed ^= seed << 13;
+                    seed ^= seed >> 7;
+                    seed ^= seed << 17;
+                    seed % bound
+                };
+                let mut recent = std::collections::VecDeque::new();
+                for i in 0..PER_PRODUCER {
+                    let id = producer * PER_PRODUCER + i;
+                    let deadline = Duration::from_micros(random(20_000));
+                    records[id]
+                        .not_before
+                        .store(deadline.as_nanos() as u64, Ordering::Relaxed);
+                    let handle = timer.insert_at(start + deadline, id as u32).unwrap();
+                    recent.push_back((id, handle));
+                    if recent.len() > 64 {
+                        recent.pop_front();
+                    }
+                    // Act on a recent timer, racing the reaper that may be firing it.
+                    let (other, handle) = recent[random(recent.len() as u64) as usize];
+                    let action = random(4);
+                    if action == 0 && timer.cancel(handle) {
+                        records[other].cancelled.store(1, Ordering::Relaxed);
+                    } else if action < 3 {
+                        let deadline = start.elapsed() + Duration::from_micros(random(20_000));
+                        if timer.reset_at(handle, start + deadline).is_ok() {
+                            records[other]
+                                .not_before
+                                .store(deadline.as_nanos() as u64, Ordering::Relaxed);
+                        }
+                    }
+                }
+            });
+        }
+    });
+    assert!(
+        wait_for(Duration::from_secs(30), || timer.pending() == 0),
+        "{} timers still pending",
+        timer.pending()
+    );
+    assert!(timer.shutdown().is_empty());
+    for (id, record) in records.iter().enumerate() {
+        let runs = record.runs.load(Ordering::Relaxed);
+        if record.cancelled.load(Ordering::Relaxed) == 1 {
+            assert_eq!(runs, 0, "cancelled timer {id} ran");
+        } else {
+            assert_eq!(runs, 1, "timer {id} ran {runs} times");
+            let (ran, due) = (
+                record.ran_at.load(Ordering::Relaxed),
+                record.not_before.load(Ordering::Relaxed),
+            );
+            assert!(ran >= due, "timer {id} ran {} ns early", due - ran);
+        }
+    }
 }
