@@ -13,6 +13,9 @@
 //! Run: `cargo bench --bench churn`. `CHURN_PENDING=1000,100000` picks the P values,
 //! `CHURN_SKIP_W4=1` skips W4. Prints one `RESULT` line per figure.
 
+mod common;
+
+use common::{SplitMix64, load_average, median};
 use mimalloc::MiMalloc;
 use shardwheel::{Key, Wheel};
 use std::cmp::Reverse;
@@ -22,24 +25,6 @@ use std::time::{Duration, Instant};
 
 #[global_allocator]
 static GLOBAL: MiMalloc = MiMalloc;
-
-/// SplitMix64, seeded 42 for every implementation (WORKLOADS.md).
-struct SplitMix64(u64);
-
-impl SplitMix64 {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `lo..=hi` (multiply-shift, no division on the hot path).
-    fn between(&mut self, lo: u64, hi: u64) -> u64 {
-        lo + ((u128::from(self.next()) * u128::from(hi - lo + 1)) >> 64) as u64
-    }
-}
 
 /// What W1 needs of a timer structure.
 trait Timers {
@@ -131,11 +116,6 @@ trait Segmented {
     fn segment(&mut self) -> bool;
     /// Iterations per second of each segment run so far.
     fn rates(&self) -> &[f64];
-}
-
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
 }
 
 impl<T: Timers> Churn<T> {
@@ -254,16 +234,12 @@ fn run_w4() {
     drop(wheel);
 }
 
-fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg").unwrap_or_default()
-}
-
 fn main() {
     let pendings: Vec<usize> = std::env::var("CHURN_PENDING")
         .ok()
         .map(|v| v.split(',').filter_map(|p| p.trim().parse().ok()).collect())
         .unwrap_or_else(|| vec![1_000, 100_000, 1_000_000, 10_000_000]);
-    println!("# load average at start: {}", load_average().trim());
+    println!("# load average at start: {}", load_average());
     if std::env::var_os("CHURN_SKIP_W4").is_none() {
         run_w4();
     }
@@ -286,5 +262,5 @@ fn main() {
             );
         }
     }
-    println!("# load average at end: {}", load_average().trim());
+    println!("# load average at end: {}", load_average());
 }

@@ -22,12 +22,18 @@ use crate::handle::Key;
 use crate::inbox::{Closed, Inbox};
 use crate::slab::NIL;
 use crate::slots::{
-    self, CANCELLED, FIRING, FLAGS, NO_KEY, PENDING, QUEUED, RESETTING, Slot, Slots,
+    self, CANCELLED, FIRING, FLAGS, Freed, NO_KEY, PENDING, QUEUED, RESETTING, Slot, Slots,
 };
 use crate::sync::{self, AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use crate::wakeup::Wakeup;
 use crate::wheel::Wheel;
+use crossbeam_utils::CachePadded;
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::time::Duration;
+
+/// How long cancelled timers may wait for the reaper while cancels keep coming (see
+/// `run`): their memory comes back within about this long.
+const TIDY_INTERVAL: Duration = Duration::from_millis(10);
 
 /// Why a schedule was refused; the payload is handed back.
 #[derive(Debug)]
@@ -39,12 +45,17 @@ pub enum Refused<T> {
 }
 
 /// One shard of a timer engine (see the module doc).
+///
+/// The fields that different threads write are each on their own cache line: the inbox
+/// heads (producers push, the reaper swaps), the wake-up plan (the reaper writes it every
+/// pass) and the pending count; otherwise every reaper pass would take the producers'
+/// lines away from them, and neighbouring shards would share lines.
 pub struct Shard<T> {
     slots: Slots<T>,
-    inbox: Inbox,
-    changes: Inbox,
-    wakeup: Wakeup,
-    pending: AtomicUsize,
+    inbox: CachePadded<Inbox>,
+    changes: CachePadded<Inbox>,
+    wakeup: CachePadded<Wakeup>,
+    pending: CachePadded<AtomicUsize>,
     max_pending: usize,
     stopping: AtomicBool,
     panicked: AtomicU64,
@@ -55,10 +66,10 @@ impl<T> Shard<T> {
     pub fn new(max_pending: usize) -> Self {
         Shard {
             slots: Slots::new(),
-            inbox: Inbox::new(),
-            changes: Inbox::new(),
-            wakeup: Wakeup::new(),
-            pending: AtomicUsize::new(0),
+            inbox: CachePadded::new(Inbox::new()),
+            changes: CachePadded::new(Inbox::new()),
+            wakeup: CachePadded::new(Wakeup::new()),
+            pending: CachePadded::new(AtomicUsize::new(0)),
             max_pending,
             stopping: AtomicBool::new(false),
             panicked: AtomicU64::new(0),
@@ -103,7 +114,9 @@ impl<T> Shard<T> {
             // The reaper is gone: the slot was never published, so it is still ours.
             // SAFETY: written above and not published, so initialised and read once here.
             let payload = unsafe { slot.take_payload() };
-            self.slots.release(index, slot, generation);
+            let mut freed = Freed::new();
+            self.slots.release(index, slot, generation, &mut freed);
+            self.slots.recycle(&mut freed);
             self.pending.fetch_sub(1, Ordering::Relaxed);
             return Err(Refused::Closed(payload));
         }
@@ -215,19 +228,26 @@ impl<T> Shard<T> {
         self.register_reaper();
         let mut wheel = Wheel::new();
         loop {
-            self.pass(&mut wheel, clock.now(), handler);
+            let now = clock.now();
+            // While cancels keep coming, the reaper wakes every `TIDY_INTERVAL` to free
+            // them in batches, and cancellers leave it be; once a pass finds none, it
+            // sleeps until its next deadline, and the next cancel wakes it.
+            let tidying = self.pass(&mut wheel, now, handler);
             // Relaxed: the flag carries no data; `may_sleep` orders the last look.
             if self.stopping.load(Ordering::Relaxed) {
                 break;
             }
             let next = wheel.next_deadline();
-            if next.is_some_and(|tick| tick <= clock.now()) {
+            if next.is_some_and(|tick| tick <= now) {
                 continue;
             }
-            if self.may_sleep(next.unwrap_or(u64::MAX)) {
-                match next {
-                    Some(tick) => sync::park_timeout(clock.until(tick)),
-                    None => sync::thread::park(),
+            if self.may_sleep(next.unwrap_or(u64::MAX), tidying) {
+                let until_next = next.map(|tick| clock.until(tick));
+                match (until_next, tidying) {
+                    (Some(wait), false) => sync::park_timeout(wait),
+                    (Some(wait), true) => sync::park_timeout(wait.min(TIDY_INTERVAL)),
+                    (None, true) => sync::park_timeout(TIDY_INTERVAL),
+                    (None, false) => sync::thread::park(),
                 }
             }
         }
@@ -240,21 +260,37 @@ impl<T> Shard<T> {
     }
 
     /// One pass of the reaper: takes what the inboxes hold, links and unlinks it, and fires
-    /// every timer due at tick `now`.
-    pub fn pass(&self, wheel: &mut Wheel<u32>, now: u64, handler: &(dyn Fn(T) + Sync)) {
+    /// every timer due at tick `now`. Returns whether there were changes (cancels, resets).
+    pub fn pass(&self, wheel: &mut Wheel<u32>, now: u64, handler: &(dyn Fn(T) + Sync)) -> bool {
         self.wakeup.awake();
+        let mut freed = Freed::new();
+        // What is due already fires first: a large batch of arrivals must not delay it.
+        self.fire_due(wheel, now, handler, &mut freed);
         // Changes first, then arrivals: see the module doc.
         let changes = self.changes.take_all();
         let arrivals = self.inbox.take_all();
         self.arrive(wheel, arrivals);
-        self.apply_changes(wheel, changes);
+        self.apply_changes(wheel, changes, &mut freed);
+        self.fire_due(wheel, now, handler, &mut freed);
+        self.slots.recycle(&mut freed);
+        changes != NIL
+    }
+
+    /// Fires every timer in the wheel due at tick `now`.
+    fn fire_due(
+        &self,
+        wheel: &mut Wheel<u32>,
+        now: u64,
+        handler: &(dyn Fn(T) + Sync),
+        freed: &mut Freed,
+    ) {
         while let Some(expired) = wheel.poll_expired(now) {
             let index = expired.value;
             let slot = self.slot(index);
             slot.wheel_key.store(NO_KEY, Ordering::Relaxed);
             // Relaxed: only the reaper changes the generation, so this read is its own.
             let (generation, _) = slots::split(slot.state.load(Ordering::Relaxed));
-            match self.claim(index, slot, slots::word(generation, PENDING)) {
+            match self.claim(index, slot, slots::word(generation, PENDING), freed) {
                 Ok(payload) => self.contain(|| handler(payload)),
                 // A reset is on its way: keep the timer in the wheel until it lands, so that
                 // a pending timer is always in the wheel (shutdown finds it there).
@@ -267,10 +303,11 @@ impl<T> Shard<T> {
         }
     }
 
-    /// The reaper's side of the park handshake: plans to sleep until `tick`, and says
-    /// whether it may (nothing arrived meanwhile).
-    pub fn may_sleep(&self, tick: u64) -> bool {
-        self.wakeup.plan_sleep(tick);
+    /// The reaper's side of the park handshake: plans to sleep until `tick` (or, if
+    /// `tidying`, no longer than `TIDY_INTERVAL`), and says whether it may (nothing arrived
+    /// meanwhile).
+    pub fn may_sleep(&self, tick: u64, tidying: bool) -> bool {
+        self.wakeup.plan_sleep(tick, tidying);
         self.inbox.is_empty() && self.changes.is_empty() && !self.stopping.load(Ordering::Relaxed)
     }
 
@@ -302,7 +339,7 @@ impl<T> Shard<T> {
     }
 
     /// Applies the cancels and resets on the changes list.
-    fn apply_changes(&self, wheel: &mut Wheel<u32>, mut at: u32) {
+    fn apply_changes(&self, wheel: &mut Wheel<u32>, mut at: u32, freed: &mut Freed) {
         while at != NIL {
             let slot = self.slot(at);
             let next = slot.change_link.load(Ordering::Relaxed);
@@ -314,7 +351,9 @@ impl<T> Shard<T> {
             // Under a reset, the resetter pushes the slot again when it is done.
             if word & RESETTING == 0 {
                 match slots::split(word) {
-                    (generation, CANCELLED) => self.free_cancelled(wheel, at, slot, generation),
+                    (generation, CANCELLED) => {
+                        self.free_cancelled(wheel, at, slot, generation, freed);
+                    }
                     (_, state) => {
                         debug_assert_eq!(state, PENDING, "queued slots do not fire");
                         self.place(wheel, at, slot, slot.deadline.load(Ordering::Relaxed));
@@ -326,7 +365,14 @@ impl<T> Shard<T> {
     }
 
     /// Unlinks a cancelled timer from the wheel, drops its payload, frees its slot.
-    fn free_cancelled(&self, wheel: &mut Wheel<u32>, index: u32, slot: &Slot<T>, generation: u32) {
+    fn free_cancelled(
+        &self,
+        wheel: &mut Wheel<u32>,
+        index: u32,
+        slot: &Slot<T>,
+        generation: u32,
+        freed: &mut Freed,
+    ) {
         let key = slot.wheel_key.swap(NO_KEY, Ordering::Relaxed);
         if key != NO_KEY {
             wheel.cancel(Key::from_bits(key));
@@ -336,7 +382,7 @@ impl<T> Shard<T> {
         let payload = unsafe { slot.take_payload() };
         // Freed before the payload is dropped: a panicking `Drop` must find the slot
         // already free, never leave a moved-out payload behind to be dropped again.
-        self.slots.release(index, slot, generation);
+        self.slots.release(index, slot, generation, freed);
         self.contain(|| drop(payload));
     }
 
@@ -351,7 +397,13 @@ impl<T> Shard<T> {
 
     /// Wins slot `index` for the reaper if its state word is `expected` (a pending one),
     /// takes its payload and frees it; otherwise returns the word it found.
-    fn claim(&self, index: u32, slot: &Slot<T>, expected: u64) -> Result<T, u64> {
+    fn claim(
+        &self,
+        index: u32,
+        slot: &Slot<T>,
+        expected: u64,
+        freed: &mut Freed,
+    ) -> Result<T, u64> {
         // Acquire on success: the payload the producer published. The race with `cancel`
         // is decided here: exactly one of the two CASes from PENDING succeeds. Acquire on
         // failure too: the caller looks at the state it returns.
@@ -366,7 +418,7 @@ impl<T> Shard<T> {
         // SAFETY: the CAS made this reaper the only owner of a published payload.
         let payload = unsafe { slot.take_payload() };
         // Freed before the callback runs: a slow callback holds no slot.
-        self.slots.release(index, slot, generation);
+        self.slots.release(index, slot, generation, freed);
         Ok(payload)
     }
 
@@ -375,7 +427,8 @@ impl<T> Shard<T> {
         let changes = self.changes.close();
         let arrivals = self.inbox.close();
         self.arrive(wheel, arrivals);
-        self.apply_changes(wheel, changes);
+        let mut freed = Freed::new();
+        self.apply_changes(wheel, changes, &mut freed);
         let mut unfired = Vec::new();
         for expired in wheel.drain_expired(u64::MAX) {
             let slot = self.slot(expired.value);
@@ -392,7 +445,7 @@ impl<T> Shard<T> {
                 if slots::split(seen).1 != PENDING {
                     break;
                 }
-                match self.claim(expired.value, slot, seen) {
+                match self.claim(expired.value, slot, seen, &mut freed) {
                     Ok(payload) => {
                         unfired.push(payload);
                         break;
@@ -401,6 +454,7 @@ impl<T> Shard<T> {
                 }
             }
         }
+        self.slots.recycle(&mut freed);
         unfired
     }
 

@@ -38,6 +38,7 @@
 
 use crate::slab::{self, NIL};
 use crate::sync::{AtomicPtr, AtomicU32, AtomicU64, Ordering, UnsafeCell};
+use crossbeam_utils::CachePadded;
 use std::mem::MaybeUninit;
 use std::ptr;
 
@@ -156,8 +157,9 @@ pub(crate) struct Slots<T> {
     /// Slots handed out at least once; every index below is in an installed chunk or in
     /// one being installed by the thread that claimed the index.
     claimed: AtomicU32,
-    /// Head of the free stack (see `free_head`).
-    free: AtomicU64,
+    /// Head of the free stack (see `free_head`); on its own cache line, as producers and
+    /// the reaper both write it while every thread reads `chunks`.
+    free: CachePadded<AtomicU64>,
 }
 
 // SAFETY: slots are shared between threads by design: every field other threads touch is
@@ -173,7 +175,7 @@ impl<T> Slots<T> {
         Slots {
             chunks: std::array::from_fn(|_| AtomicPtr::new(ptr::null_mut())),
             claimed: AtomicU32::new(0),
-            free: AtomicU64::new(free_head(0, NIL)),
+            free: CachePadded::new(AtomicU64::new(free_head(0, NIL))),
         }
     }
 
@@ -256,10 +258,11 @@ impl<T> Slots<T> {
         (!base.is_null()).then(|| unsafe { &*base.add(offset) })
     }
 
-    /// Gives a slot back after its payload was taken: bumps its generation and pushes it on
-    /// the free stack, or retires it when the generation would wrap. Called by the owner of
-    /// the slot: the reaper, or a producer whose push was refused.
-    pub(crate) fn release(&self, index: u32, slot: &Slot<T>, generation: u32) {
+    /// Gives a slot back after its payload was taken: bumps its generation and chains it
+    /// on `freed`, or retires it when the generation would wrap. Called by the owner of
+    /// the slot: the reaper, or a producer whose push was refused. The slot is free from
+    /// here on (no handle reaches its payload), and reusable once `freed` is recycled.
+    pub(crate) fn release(&self, index: u32, slot: &Slot<T>, generation: u32, freed: &mut Freed) {
         let next_generation = generation.wrapping_add(1);
         // Release: a producer that later sees the slot FREE (through the free stack's
         // Acquire) also sees everything the reaper did with the payload.
@@ -268,20 +271,53 @@ impl<T> Slots<T> {
         if next_generation == 0 {
             return;
         }
+        // Relaxed: published by `recycle`'s Release CAS.
+        slot.link.store(freed.first, Ordering::Relaxed);
+        if freed.first == NIL {
+            freed.last = index;
+        }
+        freed.first = index;
+    }
+
+    /// Pushes the slots chained on `freed` on the free stack, with one CAS for them all:
+    /// the reaper frees many slots a pass, and producers pop from the same head.
+    pub(crate) fn recycle(&self, freed: &mut Freed) {
+        if freed.first == NIL {
+            return;
+        }
+        let last = self.get(freed.last).expect("freed slots are installed");
         let mut head = self.free.load(Ordering::Relaxed);
         loop {
             let (tag, top) = ((head >> 32) as u32, head as u32);
-            slot.link.store(top, Ordering::Relaxed);
-            // Release: publishes `link` and the FREE state to the producer that pops it.
+            last.link.store(top, Ordering::Relaxed);
+            // Release: publishes the chain's links and FREE states to the producers that
+            // pop them.
             match self.free.compare_exchange_weak(
                 head,
-                free_head(tag.wrapping_add(1), index),
+                free_head(tag.wrapping_add(1), freed.first),
                 Ordering::Release,
                 Ordering::Relaxed,
             ) {
-                Ok(_) => return,
+                Ok(_) => break,
                 Err(current) => head = current,
             }
+        }
+        *freed = Freed::new();
+    }
+}
+
+/// Slots freed but not yet back on the free stack, chained through their `link`.
+#[derive(Debug)]
+pub(crate) struct Freed {
+    first: u32,
+    last: u32,
+}
+
+impl Freed {
+    pub(crate) const fn new() -> Self {
+        Freed {
+            first: NIL,
+            last: NIL,
         }
     }
 }
@@ -335,7 +371,14 @@ mod tests {
         slot.state.store(word(0, PENDING), Ordering::Release);
         // SAFETY: published, taken once, then released.
         assert_eq!(unsafe { slot.take_payload() }, 7);
-        slots.release(a, slot, 0);
+        let mut freed = Freed::new();
+        slots.release(a, slot, 0, &mut freed);
+        assert_ne!(
+            slots.take().unwrap().0,
+            a,
+            "not reusable before it is recycled"
+        );
+        slots.recycle(&mut freed);
         let (b, again) = slots.take().unwrap();
         assert_eq!(b, a);
         assert_eq!(split(again.state.load(Ordering::Relaxed)), (1, FREE));
@@ -347,7 +390,9 @@ mod tests {
     fn a_slot_at_the_last_generation_is_retired() {
         let slots: Slots<()> = Slots::new();
         let (a, slot) = slots.take().unwrap();
-        slots.release(a, slot, u32::MAX);
+        let mut freed = Freed::new();
+        slots.release(a, slot, u32::MAX, &mut freed);
+        slots.recycle(&mut freed);
         let (b, _) = slots.take().unwrap();
         assert_ne!(a, b);
     }

@@ -17,7 +17,7 @@
 //! once). Fences rather than SeqCst accesses, because loom checks the fence form exactly
 //! (it treats SeqCst accesses as AcqRel), so the loom model checks this very code.
 
-use crate::sync::{AtomicU64, Ordering, SetOnce, fence, thread};
+use crate::sync::{AtomicBool, AtomicU64, Ordering, SetOnce, fence, thread};
 
 /// The plan while the reaper works: no deadline is earlier, so nobody unparks it.
 const AWAKE: u64 = 0;
@@ -25,6 +25,8 @@ const AWAKE: u64 = 0;
 #[derive(Debug)]
 pub(crate) struct Wakeup {
     plan: AtomicU64,
+    /// The reaper will wake within the tidy interval anyway: cancels need not wake it.
+    tidying: AtomicBool,
     reaper: SetOnce<thread::Thread>,
 }
 
@@ -32,6 +34,7 @@ impl Wakeup {
     pub(crate) fn new() -> Self {
         Wakeup {
             plan: AtomicU64::new(AWAKE),
+            tidying: AtomicBool::new(false),
             reaper: SetOnce::new(),
         }
     }
@@ -48,10 +51,12 @@ impl Wakeup {
         self.plan.store(AWAKE, Ordering::Relaxed);
     }
 
-    /// The reaper plans to sleep until `tick` (`u64::MAX`: until woken). It may then park
-    /// only if `work_waiting()` says no (the handshake in the module doc).
-    pub(crate) fn plan_sleep(&self, tick: u64) {
-        // Relaxed store, then the SeqCst fence: the fence orders it before the inbox check.
+    /// The reaper plans to sleep until `tick` (`u64::MAX`: until woken), and says whether
+    /// it will wake within its tidy interval in any case. It may then park only if its
+    /// inboxes are empty (the handshake in the module doc).
+    pub(crate) fn plan_sleep(&self, tick: u64, tidying: bool) {
+        // Relaxed stores, then the SeqCst fence: it orders them before the inbox check.
+        self.tidying.store(tidying, Ordering::Relaxed);
         self.plan.store(tick.max(AWAKE + 1), Ordering::Relaxed);
         fence(Ordering::SeqCst);
     }
@@ -66,11 +71,12 @@ impl Wakeup {
         }
     }
 
-    /// A canceller has pushed the first of a batch: wakes the reaper if it sleeps at all,
-    /// so that the cancelled timers' memory comes back now, not at the next deadline.
+    /// A canceller has pushed the first of a batch: wakes the reaper if it sleeps, and not
+    /// just for its tidy interval, so that the cancelled timers' memory comes back soon,
+    /// not at the next deadline.
     pub(crate) fn notify_sleeping(&self) {
         fence(Ordering::SeqCst);
-        if self.plan.load(Ordering::Relaxed) != AWAKE {
+        if self.plan.load(Ordering::Relaxed) != AWAKE && !self.tidying.load(Ordering::Relaxed) {
             self.wake();
         }
     }

@@ -92,7 +92,7 @@ pub fn spawn_reaper(
             if done(&h) {
                 break;
             }
-            if h.shard.may_sleep(plan) {
+            if h.shard.may_sleep(plan, false) {
                 loom::thread::park();
             }
         }

@@ -1,0 +1,43 @@
+//! What the benchmarks share: the seeded random stream of ../shared/WORKLOADS.md, medians
+//! and percentiles, and the machine's load (quoted with every run).
+
+#![allow(dead_code)] // each bench uses part of it
+
+/// SplitMix64, seeded 42 for every implementation (WORKLOADS.md).
+pub struct SplitMix64(pub u64);
+
+impl SplitMix64 {
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `lo..=hi` (multiply-shift, no division on the hot path).
+    pub fn between(&mut self, lo: u64, hi: u64) -> u64 {
+        lo + ((u128::from(self.next()) * u128::from(hi - lo + 1)) >> 64) as u64
+    }
+}
+
+pub fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+/// The `p`-th quantile (0..=1) of `sorted` (nearest rank), or 0 for no values.
+pub fn percentile(sorted: &[u64], p: f64) -> u64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let rank = ((p * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    sorted[rank - 1]
+}
+
+pub fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .trim()
+        .to_string()
+}

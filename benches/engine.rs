@@ -1,0 +1,472 @@
+//! W2 (a million timers fire), W3 (request timeouts from T threads, 90 % cancelled), W5
+//! (idle cost) and W6 (precision under light load) of ../shared/WORKLOADS.md, for
+//! shardwheel's `Timer` and tokio's timers, in one process.
+//!
+//! - `shardwheel`: `Timer` with boxed callbacks, a shard per core, 1 ms tick: a timer is
+//!   `schedule_at(deadline, callback)`, a cancel is `cancel(handle)`.
+//! - `tokio-sleep`: `tokio::time::sleep_until` in a multi-thread runtime with a worker per
+//!   core. A timer is a `Sleep`, boxed and polled once on the producer thread (inside the
+//!   runtime's context) so that it is registered; a cancel drops it. A timer that must fire
+//!   is handed, registered, to a spawned task that awaits it.
+//!
+//! Lateness is (time the callback or task ran) - (the deadline asked for). Producers share
+//! nothing but the engine: the probe that counts firings is `'static`, so cloning no
+//! reference count bounces a cache line between them.
+//!
+//! Run: `cargo bench --bench engine`; `ENGINE_ONLY=W3,W6` runs some workloads only.
+
+mod common;
+
+use common::{SplitMix64, load_average, median, percentile};
+use mimalloc::MiMalloc;
+use shardwheel::{Timer, TimerHandle};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::task::{Context, Waker};
+use std::thread;
+use std::time::{Duration, Instant};
+
+#[global_allocator]
+static GLOBAL: MiMalloc = MiMalloc;
+
+/// What a workload learns from the timers that ran.
+#[derive(Default)]
+struct Probe {
+    lateness_ns: Mutex<Vec<u64>>,
+    fired: AtomicUsize,
+    /// Timers that ran before their deadline (must stay 0).
+    early: AtomicUsize,
+    /// Timers that ran although the workload cancelled them or meant to (must stay 0).
+    unexpected: AtomicUsize,
+}
+
+impl Probe {
+    /// A probe for one run; leaked, so that callbacks hold a plain `&'static`.
+    fn leak() -> &'static Probe {
+        Box::leak(Box::default())
+    }
+
+    fn record(&self, deadline: Instant) {
+        match Instant::now().checked_duration_since(deadline) {
+            Some(late) => {
+                let late = late.as_nanos() as u64;
+                self.lateness_ns
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(late);
+            }
+            None => {
+                self.early.fetch_add(1, Relaxed);
+            }
+        }
+        self.fired.fetch_add(1, Relaxed);
+    }
+
+    fn sorted_lateness(&self) -> Vec<u64> {
+        let mut lateness =
+            std::mem::take(&mut *self.lateness_ns.lock().unwrap_or_else(|e| e.into_inner()));
+        lateness.sort_unstable();
+        lateness
+    }
+
+    /// Waits until `count` timers have run, for at most `limit`; true if they did.
+    fn wait_for(&self, count: usize, limit: Duration) -> bool {
+        let start = Instant::now();
+        while self.fired.load(Relaxed) < count {
+            if start.elapsed() > limit {
+                return false;
+            }
+            thread::sleep(Duration::from_micros(200));
+        }
+        true
+    }
+}
+
+/// `p50`, `p99`, `p99.9` and `max` of a sorted lateness sample, in microseconds.
+fn lateness_fields(sorted: &[u64], quantiles: &[(&str, f64)]) -> String {
+    quantiles
+        .iter()
+        .map(|(name, q)| format!("late_{name}_us={:.0}", percentile(sorted, *q) as f64 / 1e3))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// What the workloads need of a timer engine.
+trait Engine: Sync + Sized {
+    const NAME: &'static str;
+    /// A registered timer that can be cancelled.
+    type Armed: Send;
+    fn start() -> Self;
+    /// Runs `producer` on the calling thread, able to use the engine.
+    fn enter<R>(&self, producer: impl FnOnce() -> R) -> R;
+    /// A timer due at `deadline` that the workload means to cancel.
+    fn arm(&self, deadline: Instant, probe: &'static Probe) -> Self::Armed;
+    /// Cancels it: true if it will not run.
+    fn cancel(&self, armed: Self::Armed) -> bool;
+    /// A timer due at `deadline` that records its lateness when it runs.
+    fn fire_at(&self, deadline: Instant, probe: &'static Probe);
+    /// Stops the engine; the number of pending timers it handed back, if it can tell.
+    fn stop(self) -> Option<usize>;
+}
+
+struct Shardwheel(Timer);
+
+impl Engine for Shardwheel {
+    const NAME: &'static str = "shardwheel";
+    type Armed = TimerHandle;
+
+    fn start() -> Self {
+        Shardwheel(Timer::builder().build().expect("timer"))
+    }
+
+    fn enter<R>(&self, producer: impl FnOnce() -> R) -> R {
+        producer()
+    }
+
+    fn arm(&self, deadline: Instant, probe: &'static Probe) -> TimerHandle {
+        self.0
+            .schedule_at(deadline, move || {
+                probe.unexpected.fetch_add(1, Relaxed);
+            })
+            .expect("schedule")
+    }
+
+    fn cancel(&self, handle: TimerHandle) -> bool {
+        self.0.cancel(handle)
+    }
+
+    fn fire_at(&self, deadline: Instant, probe: &'static Probe) {
+        self.0
+            .schedule_at(deadline, move || probe.record(deadline))
+            .expect("schedule");
+    }
+
+    fn stop(self) -> Option<usize> {
+        Some(self.0.shutdown().len())
+    }
+}
+
+struct TokioSleep(tokio::runtime::Runtime);
+
+impl TokioSleep {
+    /// A `Sleep` registered with the runtime's timer: boxed and polled once.
+    fn registered(deadline: Instant) -> Pin<Box<tokio::time::Sleep>> {
+        let mut sleep = Box::pin(tokio::time::sleep_until(deadline.into()));
+        let mut context = Context::from_waker(Waker::noop());
+        let _ = sleep.as_mut().poll(&mut context);
+        sleep
+    }
+}
+
+impl Engine for TokioSleep {
+    const NAME: &'static str = "tokio-sleep";
+    type Armed = Pin<Box<tokio::time::Sleep>>;
+
+    fn start() -> Self {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .enable_time()
+            .build()
+            .expect("tokio runtime");
+        TokioSleep(runtime)
+    }
+
+    fn enter<R>(&self, producer: impl FnOnce() -> R) -> R {
+        let _context = self.0.enter();
+        producer()
+    }
+
+    fn arm(&self, deadline: Instant, _probe: &'static Probe) -> Self::Armed {
+        Self::registered(deadline)
+    }
+
+    fn cancel(&self, sleep: Self::Armed) -> bool {
+        drop(sleep);
+        true
+    }
+
+    fn fire_at(&self, deadline: Instant, probe: &'static Probe) {
+        let sleep = Self::registered(deadline);
+        self.0.spawn(async move {
+            sleep.await;
+            probe.record(deadline);
+        });
+    }
+
+    fn stop(self) -> Option<usize> {
+        self.0.shutdown_background();
+        None
+    }
+}
+
+const W2_TIMERS: usize = 1_000_000;
+const W2_QUANTILES: [(&str, f64); 4] = [("p50", 0.5), ("p99", 0.99), ("p999", 0.999), ("max", 1.0)];
+
+/// W2: one thread schedules a million timers due in [0, 1 s]; every one must fire once.
+/// Returns the schedule rate.
+fn w2<E: Engine>() -> f64 {
+    let probe = Probe::leak();
+    let engine = E::start();
+    let mut rng = SplitMix64(42);
+    let delays: Vec<Duration> = (0..W2_TIMERS)
+        .map(|_| Duration::from_nanos(rng.between(0, 1_000_000_000)))
+        .collect();
+    let start = Instant::now();
+    engine.enter(|| {
+        for delay in delays {
+            engine.fire_at(Instant::now() + delay, probe);
+        }
+    });
+    let scheduling = start.elapsed();
+    let all_fired = probe.wait_for(W2_TIMERS, Duration::from_secs(30));
+    let wall = start.elapsed();
+    // Anything firing twice would show up now.
+    thread::sleep(Duration::from_millis(100));
+    let handed_back = engine.stop();
+    let fired = probe.fired.load(Relaxed);
+    let rate = W2_TIMERS as f64 / scheduling.as_secs_f64();
+    println!(
+        "RESULT W2 {} schedule_per_s={rate:.0} {} wall_ms={} fired={fired} early={} exactly_once={}",
+        E::NAME,
+        lateness_fields(&probe.sorted_lateness(), &W2_QUANTILES),
+        wall.as_millis(),
+        probe.early.load(Relaxed),
+        all_fired && fired == W2_TIMERS && handed_back.unwrap_or(0) == 0,
+    );
+    rate
+}
+
+/// W3's window per round, and rounds per implementation (they take turns).
+const W3_WINDOW: Duration = Duration::from_secs(1);
+const W3_ROUNDS: usize = 5;
+/// Timers waiting to be cancelled, per producer: a new one replaces a random one, which is
+/// cancelled, so each lives a random ~1,000 operations (a millisecond or less).
+const W3_RING: usize = 1024;
+
+/// One W3 round's counts.
+#[derive(Default)]
+struct W3Round {
+    ops: usize,
+    scheduled: usize,
+    cancelled: usize,
+    /// The window, and the time it took the engine to catch up after it.
+    elapsed: Duration,
+}
+
+/// One W3 round with `threads` producers for `W3_WINDOW`: returns operations per second,
+/// counting the time the engine needs to catch up after the window (its reapers may lag),
+/// after checking that every timer is accounted for (where the engine can tell).
+fn w3_round<E: Engine>(threads: usize, probe: &'static Probe) -> f64 {
+    let engine = E::start();
+    let fired_before = probe.fired.load(Relaxed);
+    let rounds: Vec<W3Round> = thread::scope(|s| {
+        let producers: Vec<_> = (0..threads)
+            .map(|t| {
+                let engine = &engine;
+                s.spawn(move || engine.enter(|| w3_producer(engine, t, probe)))
+            })
+            .collect();
+        producers.into_iter().map(|p| p.join().unwrap()).collect()
+    });
+    let ops: usize = rounds.iter().map(|r| r.ops).sum();
+    let scheduled: usize = rounds.iter().map(|r| r.scheduled).sum();
+    let cancelled: usize = rounds.iter().map(|r| r.cancelled).sum();
+    if let Some(handed_back) = engine.stop() {
+        // The probe counts over all rounds; this engine's reapers have all stopped.
+        let fired = probe.fired.load(Relaxed) - fired_before;
+        assert_eq!(
+            fired + cancelled + handed_back,
+            scheduled,
+            "{}: timers lost or run twice",
+            E::NAME
+        );
+        assert_eq!(
+            probe.unexpected.load(Relaxed),
+            0,
+            "{}: a cancelled timer ran",
+            E::NAME
+        );
+    }
+    let elapsed = rounds.iter().map(|r| r.elapsed).max().unwrap_or(W3_WINDOW);
+    ops as f64 / elapsed.as_secs_f64()
+}
+
+fn w3_producer<E: Engine>(engine: &E, thread: usize, probe: &'static Probe) -> W3Round {
+    let mut rng = SplitMix64(42 + thread as u64);
+    let mut ring: Vec<Option<E::Armed>> = (0..W3_RING).map(|_| None).collect();
+    let mut round = W3Round::default();
+    let start = Instant::now();
+    while start.elapsed() < W3_WINDOW {
+        for _ in 0..256 {
+            let deadline = Instant::now() + Duration::from_millis(rng.between(100, 10_000));
+            round.scheduled += 1;
+            round.ops += 1;
+            if rng.between(0, 9) == 0 {
+                engine.fire_at(deadline, probe);
+                continue;
+            }
+            let at = rng.between(0, W3_RING as u64 - 1) as usize;
+            if let Some(old) = ring[at].replace(engine.arm(deadline, probe)) {
+                assert!(engine.cancel(old), "{}: cancel found no timer", E::NAME);
+                round.cancelled += 1;
+                round.ops += 1;
+            }
+        }
+    }
+    // The engine may have taken work in faster than its reaper did it: a timer due now,
+    // on this producer's shard, fires only once the reaper has caught up with it all.
+    let caught_up = Probe::leak();
+    engine.fire_at(Instant::now(), caught_up);
+    assert!(caught_up.wait_for(1, Duration::from_secs(60)));
+    round.elapsed = start.elapsed();
+    // Outside the window: the requests still waiting finish too.
+    for armed in ring.into_iter().flatten() {
+        assert!(engine.cancel(armed));
+        round.cancelled += 1;
+    }
+    round
+}
+
+fn w3() {
+    for threads in [1, 2] {
+        let probes = [Probe::leak(), Probe::leak()];
+        let mut ours = Vec::new();
+        let mut theirs = Vec::new();
+        for round in 0..W3_ROUNDS {
+            // Alternate who goes first, so neither always inherits the other's mess.
+            if round % 2 == 0 {
+                ours.push(w3_round::<Shardwheel>(threads, probes[0]));
+                theirs.push(w3_round::<TokioSleep>(threads, probes[1]));
+            } else {
+                theirs.push(w3_round::<TokioSleep>(threads, probes[1]));
+                ours.push(w3_round::<Shardwheel>(threads, probes[0]));
+            }
+        }
+        let ratios: Vec<f64> = ours.iter().zip(&theirs).map(|(a, b)| a / b).collect();
+        for (name, rates, probe) in [
+            (Shardwheel::NAME, &ours, probes[0]),
+            (TokioSleep::NAME, &theirs, probes[1]),
+        ] {
+            let lateness = probe.sorted_lateness();
+            println!(
+                "RESULT W3 T={threads} {name} ops_per_s={:.0} {} fired={} early={}",
+                median(rates.clone()),
+                lateness_fields(
+                    &lateness,
+                    &[("p50", 0.5), ("p90", 0.9), ("p99", 0.99), ("max", 1.0)]
+                ),
+                lateness.len(),
+                probe.early.load(Relaxed),
+            );
+        }
+        println!(
+            "RESULT W3 T={threads} shardwheel vs_tokio-sleep={:.2}",
+            median(ratios)
+        );
+    }
+}
+
+/// CPU time this process's threads have used, from the kernel's per-thread accounting.
+fn process_cpu() -> Duration {
+    let tasks = std::fs::read_dir("/proc/self/task").expect("/proc/self/task");
+    let nanos: u64 = tasks
+        .filter_map(|task| {
+            let stat = std::fs::read_to_string(task.ok()?.path().join("schedstat")).ok()?;
+            stat.split_whitespace().next()?.parse::<u64>().ok()
+        })
+        .sum();
+    Duration::from_nanos(nanos)
+}
+
+const W5_TIMERS: usize = 1_000_000;
+const W5_IDLE: Duration = Duration::from_secs(5);
+
+/// W5: a million timers due in 10 to 20 minutes; CPU used over 5 idle seconds.
+fn w5<E: Engine>() {
+    let probe = Probe::leak();
+    let engine = E::start();
+    let mut rng = SplitMix64(42);
+    let armed: Vec<E::Armed> = engine.enter(|| {
+        (0..W5_TIMERS)
+            .map(|_| {
+                let delay = Duration::from_secs(rng.between(601, 1_200));
+                engine.arm(Instant::now() + delay, probe)
+            })
+            .collect()
+    });
+    // Let the engine take in what was scheduled before the idle time starts.
+    thread::sleep(Duration::from_secs(1));
+    let (cpu_before, start) = (process_cpu(), Instant::now());
+    thread::sleep(W5_IDLE);
+    let (cpu, wall) = (process_cpu() - cpu_before, start.elapsed());
+    println!(
+        "RESULT W5 {} pending={} cpu_ms={:.1} cpu_pct_of_core={:.3}",
+        E::NAME,
+        armed.len(),
+        cpu.as_secs_f64() * 1e3,
+        100.0 * cpu.as_secs_f64() / wall.as_secs_f64(),
+    );
+    drop(armed);
+    engine.stop();
+}
+
+const W6_RATE_PER_S: u32 = 1_000;
+const W6_SPAN: Duration = Duration::from_secs(5);
+
+/// W6: 1,000 timers a second for 5 s, due in [1 ms, 100 ms].
+fn w6<E: Engine>() {
+    let probe = Probe::leak();
+    let engine = E::start();
+    let mut rng = SplitMix64(42);
+    let count = W6_RATE_PER_S * W6_SPAN.as_secs() as u32;
+    let start = Instant::now();
+    engine.enter(|| {
+        for i in 0..count {
+            let at = start + W6_SPAN * i / count;
+            if let Some(wait) = at.checked_duration_since(Instant::now()) {
+                thread::sleep(wait);
+            }
+            let delay = Duration::from_micros(rng.between(1_000, 100_000));
+            engine.fire_at(Instant::now() + delay, probe);
+        }
+    });
+    let all_fired = probe.wait_for(count as usize, Duration::from_secs(5));
+    engine.stop();
+    println!(
+        "RESULT W6 {} {} fired={} early={} all_fired={all_fired}",
+        E::NAME,
+        lateness_fields(
+            &probe.sorted_lateness(),
+            &[("p50", 0.5), ("p99", 0.99), ("max", 1.0)]
+        ),
+        probe.fired.load(Relaxed),
+        probe.early.load(Relaxed),
+    );
+}
+
+fn main() {
+    let only = std::env::var("ENGINE_ONLY").unwrap_or_default();
+    let runs = |workload: &str| only.is_empty() || only.split(',').any(|w| w.trim() == workload);
+    println!("# load average at start: {}", load_average());
+    if runs("W2") {
+        let ours = w2::<Shardwheel>();
+        let theirs = w2::<TokioSleep>();
+        println!(
+            "RESULT W2 shardwheel schedule_vs_tokio-sleep={:.2}",
+            ours / theirs
+        );
+    }
+    if runs("W3") {
+        w3();
+    }
+    if runs("W5") {
+        w5::<Shardwheel>();
+        w5::<TokioSleep>();
+    }
+    if runs("W6") {
+        w6::<Shardwheel>();
+        w6::<TokioSleep>();
+    }
+    println!("# load average at end: {}", load_average());
+}
