@@ -422,8 +422,9 @@ impl<T> Shard<T> {
         Ok(payload)
     }
 
-    /// At shutdown: refuses new timers and hands back every pending payload.
-    fn wind_up(&self, wheel: &mut Wheel<u32>) -> Vec<T> {
+    /// At shutdown, after the last pass: refuses new timers and changes, and hands back
+    /// every pending payload.
+    pub fn wind_up(&self, wheel: &mut Wheel<u32>) -> Vec<T> {
         let changes = self.changes.close();
         let arrivals = self.inbox.close();
         self.arrive(wheel, arrivals);

@@ -4,14 +4,14 @@
 
 #[cfg(loom)]
 pub(crate) use loom::sync::atomic::{
-    AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence,
+    AtomicBool, AtomicPtr, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence,
 };
 #[cfg(loom)]
 pub(crate) use loom::thread;
 
 #[cfg(not(loom))]
 pub(crate) use std::sync::atomic::{
-    AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence,
+    AtomicBool, AtomicPtr, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence,
 };
 #[cfg(not(loom))]
 pub(crate) use std::thread;
@@ -63,44 +63,59 @@ impl<T> UnsafeCell<T> {
     }
 }
 
-/// A value set once by one thread and read by any: the reaper's `Thread` handle, which
-/// producers need to unpark it. (std's `OnceLock` has no loom counterpart.)
+/// A value set once and read by any thread: the reaper's `Thread` handle, which producers
+/// need to unpark it. (std's `OnceLock` has no loom counterpart.)
 #[derive(Debug)]
 pub(crate) struct SetOnce<T> {
-    ready: AtomicBool,
+    /// `EMPTY`, then `WRITING` for the one caller that won it, then `READY`.
+    state: AtomicU8,
     value: UnsafeCell<Option<T>>,
 }
 
-// SAFETY: the value is written once, before `ready` is published with Release, and only
-// read (as `&T`) after an Acquire load sees it: sharing it needs `T: Sync`, handing it to
-// another thread's drop needs `T: Send`.
+const EMPTY: u8 = 0;
+const WRITING: u8 = 1;
+const READY: u8 = 2;
+
+// SAFETY: the value is written once, by the one thread that moved `state` from EMPTY to
+// WRITING, before READY is published with Release, and only read (as `&T`) after an
+// Acquire load sees READY: sharing it needs `T: Sync`, handing it to another thread's drop
+// needs `T: Send`.
 unsafe impl<T: Send + Sync> Sync for SetOnce<T> {}
 
 impl<T> SetOnce<T> {
     pub(crate) fn new() -> Self {
         SetOnce {
-            ready: AtomicBool::new(false),
+            state: AtomicU8::new(EMPTY),
             value: UnsafeCell::new(None),
         }
     }
 
-    /// Sets the value. Only one thread may ever call it, once (the reaper, at its start).
-    pub(crate) fn set(&self, value: T) {
-        debug_assert!(!self.ready.load(Ordering::Relaxed), "SetOnce set twice");
-        // SAFETY: only the one setter writes, once, and no reader dereferences before
-        // `ready` is true, which is stored after this write.
+    /// Sets the value, if no call has before; otherwise hands it back.
+    pub(crate) fn set(&self, value: T) -> Result<(), T> {
+        // Relaxed: winning the CAS only makes this call the one writer; `READY` below
+        // publishes the value.
+        if self
+            .state
+            .compare_exchange(EMPTY, WRITING, Ordering::Relaxed, Ordering::Relaxed)
+            .is_err()
+        {
+            return Err(value);
+        }
+        // SAFETY: the CAS above admits one writer, once, and no reader dereferences before
+        // `state` is READY, which is stored after this write.
         self.value.with_mut(|slot| unsafe { *slot = Some(value) });
-        // Release: publishes the write above to readers that Acquire-load `ready`.
-        self.ready.store(true, Ordering::Release);
+        // Release: publishes the write above to readers that Acquire-load READY.
+        self.state.store(READY, Ordering::Release);
+        Ok(())
     }
 
     pub(crate) fn get(&self) -> Option<&T> {
         // Acquire: pairs with `set`'s Release, so the value is seen written.
-        if !self.ready.load(Ordering::Acquire) {
+        if self.state.load(Ordering::Acquire) != READY {
             return None;
         }
-        // SAFETY: `ready` is true, so the value was written and is never written again;
-        // shared reads are fine, and the reference lives no longer than `self`.
+        // SAFETY: READY means the value was written and is never written again; shared
+        // reads are fine, and the reference lives no longer than `self`.
         self.value.with(|slot| unsafe { (*slot).as_ref() })
     }
 }

@@ -39,9 +39,10 @@ impl Wakeup {
         }
     }
 
-    /// The reaper, once, before it first plans to sleep: the thread to unpark.
+    /// The reaper, once, before it first plans to sleep: the thread to unpark. A second
+    /// call changes nothing: the first reaper stays the one unparked.
     pub(crate) fn register_reaper(&self) {
-        self.reaper.set(thread::current());
+        let _ = self.reaper.set(thread::current());
     }
 
     /// The reaper starts a pass: producers need not wake it.
