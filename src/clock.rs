@@ -29,9 +29,7 @@ impl Clock {
 
     /// The tick at which `instant` has certainly passed (rounded up).
     pub(crate) fn deadline_at(&self, instant: Instant) -> u64 {
-        let since_start = instant.saturating_duration_since(self.start).as_nanos();
-        let ticks = since_start.div_ceil(u128::from(self.tick_nanos));
-        u64::try_from(ticks).unwrap_or(u64::MAX)
+        self.ticks_ceil(instant.saturating_duration_since(self.start))
     }
 
     /// The deadline of a timer `delay` from now.
@@ -49,8 +47,17 @@ impl Clock {
         at.saturating_sub(self.start.elapsed())
     }
 
-    fn ticks_floor(&self, elapsed: Duration) -> u64 {
+    /// The tick `elapsed` after the start falls in (rounded down): the current tick when
+    /// that much time has passed.
+    pub(crate) fn ticks_floor(&self, elapsed: Duration) -> u64 {
         u64::try_from(elapsed.as_nanos() / u128::from(self.tick_nanos)).unwrap_or(u64::MAX)
+    }
+
+    /// The first tick at or after `elapsed` from the start (rounded up): the deadline of a
+    /// timer due then.
+    pub(crate) fn ticks_ceil(&self, elapsed: Duration) -> u64 {
+        let ticks = elapsed.as_nanos().div_ceil(u128::from(self.tick_nanos));
+        u64::try_from(ticks).unwrap_or(u64::MAX)
     }
 }
 

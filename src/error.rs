@@ -92,6 +92,27 @@ impl<T> fmt::Display for ScheduleError<T> {
 
 impl<T> std::error::Error for ScheduleError<T> {}
 
+/// Why [`Timer::advance`](crate::Timer::advance) did not move time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AdvanceError {
+    /// The timer runs on its own reaper threads and real time; only a timer built with
+    /// [`Builder::manual`](crate::Builder::manual) is advanced by hand.
+    NotManual,
+    /// Another `advance` is running: on another thread, or this one (a callback called it).
+    Busy,
+}
+
+impl fmt::Display for AdvanceError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            AdvanceError::NotManual => "only a manual timer is advanced by hand",
+            AdvanceError::Busy => "another advance of this timer is running",
+        })
+    }
+}
+
+impl std::error::Error for AdvanceError {}
+
 /// Why [`Builder::build`](crate::Builder::build) failed.
 #[derive(Debug)]
 pub enum BuildError {

@@ -49,7 +49,7 @@ pub mod loom_api {
     pub use crate::shard::{Refused, Shard};
 }
 
-pub use error::{BuildError, Full, ScheduleError, StaleHandle, StaleKey};
+pub use error::{AdvanceError, BuildError, Full, ScheduleError, StaleHandle, StaleKey};
 
 /// The README's example, compiled and run as a doc test.
 #[doc = include_str!("../README.md")]

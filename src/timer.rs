@@ -6,12 +6,13 @@
 //! handle names its shard.
 
 use crate::clock::Clock;
-use crate::error::{BuildError, ScheduleError, StaleHandle};
+use crate::error::{AdvanceError, BuildError, ScheduleError, StaleHandle};
 use crate::handle::TimerHandle;
 use crate::shard::{Refused, Shard};
+use crate::wheel::Wheel;
 use std::cell::Cell;
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, TryLockError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -39,6 +40,7 @@ pub struct Builder {
     tick: Duration,
     pin_threads: bool,
     max_pending: usize,
+    manual: bool,
 }
 
 impl Default for Builder {
@@ -48,6 +50,7 @@ impl Default for Builder {
             tick: Duration::from_millis(1),
             pin_threads: true,
             max_pending: usize::MAX,
+            manual: false,
         }
     }
 }
@@ -78,6 +81,35 @@ impl Builder {
     /// can index 2^31 timers).
     pub fn max_pending(mut self, max_pending: usize) -> Self {
         self.max_pending = max_pending;
+        self
+    }
+
+    /// Starts no reaper threads: the timer's time stands still until [`Timer::advance`]
+    /// moves it, and its callbacks run inside `advance`, on the caller's thread. For tests
+    /// and fuzzing: the same shards, slots, inboxes and state words as the threaded engine,
+    /// driven deterministically. Default: off.
+    ///
+    /// ```
+    /// use std::sync::atomic::{AtomicUsize, Ordering};
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    ///
+    /// let fired = Arc::new(AtomicUsize::new(0));
+    /// let count = Arc::clone(&fired);
+    /// let timer = shardwheel::Timer::builder()
+    ///     .manual()
+    ///     .build_with(move |_: ()| {
+    ///         count.fetch_add(1, Ordering::Relaxed);
+    ///     })
+    ///     .unwrap();
+    /// timer.insert(Duration::from_secs(60), ()).unwrap();
+    /// timer.advance(Duration::from_secs(59)).unwrap();
+    /// assert_eq!(fired.load(Ordering::Relaxed), 0);
+    /// timer.advance(Duration::from_secs(1)).unwrap();
+    /// assert_eq!(fired.load(Ordering::Relaxed), 1);
+    /// ```
+    pub fn manual(mut self) -> Self {
+        self.manual = true;
         self
     }
 
@@ -133,18 +165,31 @@ impl Builder {
         let per_shard = self.max_pending.div_ceil(self.shards);
         let shards: Arc<[Shard<T>]> = (0..self.shards).map(|_| Shard::new(per_shard)).collect();
         let clock = Clock::new(self.tick);
+        let id = NEXT_TIMER_ID.fetch_add(1, Ordering::Relaxed);
+        if self.manual {
+            let manual = Manual {
+                wheels: (0..self.shards).map(|_| Wheel::new()).collect(),
+                handler: Box::new(handler),
+            };
+            let driver = Driver::Manual {
+                elapsed_nanos: AtomicU64::new(0),
+                state: Mutex::new(Some(manual)),
+            };
+            return Ok(Timer {
+                id,
+                shards,
+                clock,
+                driver,
+            });
+        }
         let cores = if self.pin_threads {
             core_affinity::get_core_ids().unwrap_or_default()
         } else {
             Vec::new()
         };
         let handler = Arc::new(handler);
-        let timer = Timer {
-            id: NEXT_TIMER_ID.fetch_add(1, Ordering::Relaxed),
-            shards: Arc::clone(&shards),
-            clock,
-            reapers: Mutex::new(Vec::new()),
-        };
+        let mut reapers = Vec::new();
+        let mut failure = None;
         for index in 0..self.shards {
             let shards = Arc::clone(&shards);
             let handler = Arc::clone(&handler);
@@ -159,13 +204,44 @@ impl Builder {
                     shards[index].run(&clock, &*handler)
                 });
             match reaper {
-                Ok(handle) => lock(&timer.reapers).push(handle),
-                // Dropping `timer` stops and joins the reapers already started.
-                Err(error) => return Err(BuildError::Thread(error)),
+                Ok(handle) => reapers.push(handle),
+                Err(error) => {
+                    failure = Some(error);
+                    break;
+                }
             }
         }
-        Ok(timer)
+        let timer = Timer {
+            id,
+            shards,
+            clock,
+            driver: Driver::Reapers(Mutex::new(reapers)),
+        };
+        match failure {
+            // Dropping `timer` stops and joins the reapers already started.
+            Some(error) => Err(BuildError::Thread(error)),
+            None => Ok(timer),
+        }
     }
+}
+
+/// Who runs the shards' passes.
+enum Driver<T> {
+    /// A reaper thread per shard; their join handles until shutdown.
+    Reapers(Mutex<Vec<JoinHandle<Vec<T>>>>),
+    /// The caller, through [`Timer::advance`].
+    Manual {
+        /// Time since the start, moved only by `advance`: what the clock reads.
+        elapsed_nanos: AtomicU64,
+        /// `None` once shut down.
+        state: Mutex<Option<Manual<T>>>,
+    },
+}
+
+/// What a reaper thread would own, kept by a manual timer for `advance` to use.
+struct Manual<T> {
+    wheels: Vec<Wheel<u32>>,
+    handler: Box<dyn Fn(T) + Send + Sync>,
 }
 
 /// Ids that tell one timer's handles from another's.
@@ -226,7 +302,7 @@ pub struct Timer<T: Send + 'static = Callback> {
     id: u32,
     shards: Arc<[Shard<T>]>,
     clock: Clock,
-    reapers: Mutex<Vec<JoinHandle<Vec<T>>>>,
+    driver: Driver<T>,
 }
 
 impl Timer {
@@ -275,7 +351,7 @@ impl<T: Send + 'static> Timer<T> {
     /// [`ScheduleError::Full`] beyond `max_pending`, [`ScheduleError::Shutdown`] after
     /// shutdown; both hand the payload back.
     pub fn insert(&self, delay: Duration, payload: T) -> Result<TimerHandle, ScheduleError<T>> {
-        self.insert_tick(self.clock.deadline_after(delay), payload)
+        self.insert_tick(self.deadline_after(delay), payload)
     }
 
     /// Schedules a timer carrying `payload`, due at `instant` (at once if it has passed).
@@ -285,6 +361,18 @@ impl<T: Send + 'static> Timer<T> {
     /// As [`insert`](Self::insert).
     pub fn insert_at(&self, instant: Instant, payload: T) -> Result<TimerHandle, ScheduleError<T>> {
         self.insert_tick(self.clock.deadline_at(instant), payload)
+    }
+
+    /// The deadline of a timer `delay` from now, by this timer's clock.
+    fn deadline_after(&self, delay: Duration) -> u64 {
+        match &self.driver {
+            Driver::Reapers(_) => self.clock.deadline_after(delay),
+            Driver::Manual { elapsed_nanos, .. } => {
+                // Relaxed: a reading of the time; an advance racing it may or may not count.
+                let elapsed = Duration::from_nanos(elapsed_nanos.load(Ordering::Relaxed));
+                self.clock.ticks_ceil(elapsed.saturating_add(delay))
+            }
+        }
     }
 
     fn insert_tick(&self, deadline: u64, payload: T) -> Result<TimerHandle, ScheduleError<T>> {
@@ -335,7 +423,7 @@ impl<T: Send + 'static> Timer<T> {
     /// [`StaleHandle`] if the timer already ran or is running, was cancelled, or the handle
     /// is not this timer's; nothing changes then.
     pub fn reset(&self, handle: TimerHandle, delay: Duration) -> Result<(), StaleHandle> {
-        self.reset_tick(handle, self.clock.deadline_after(delay))
+        self.reset_tick(handle, self.deadline_after(delay))
     }
 
     /// Moves a pending timer to `instant`, as [`reset`](Self::reset) does.
@@ -371,18 +459,72 @@ impl<T: Send + 'static> Timer<T> {
         self.shards.len()
     }
 
+    /// Moves a [manual](Builder::manual) timer's time forward by `by` and runs what
+    /// that makes due, on the calling thread: every shard takes in the timers scheduled,
+    /// cancelled and reset since the last call, then fires each timer whose deadline has
+    /// come, as its reaper would. A timer scheduled by one of these callbacks is taken in
+    /// at the next call, even if it is due at once. After shutdown it does nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`AdvanceError::NotManual`] for a timer with reaper threads;
+    /// [`AdvanceError::Busy`] if another `advance` runs meanwhile (a callback calling it,
+    /// or another thread).
+    pub fn advance(&self, by: Duration) -> Result<(), AdvanceError> {
+        let Driver::Manual {
+            elapsed_nanos,
+            state,
+        } = &self.driver
+        else {
+            return Err(AdvanceError::NotManual);
+        };
+        let mut state = match state.try_lock() {
+            Ok(state) => state,
+            Err(TryLockError::WouldBlock) => return Err(AdvanceError::Busy),
+            // A callback panicked through `pass` (it does not: panics are contained), or
+            // a wheel did: the state is still consistent enough to go on.
+            Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+        };
+        let Some(manual) = state.as_mut() else {
+            return Ok(());
+        };
+        let by = u64::try_from(by.as_nanos()).unwrap_or(u64::MAX);
+        // Relaxed: only `advance`, under the lock, writes it.
+        let elapsed = elapsed_nanos.load(Ordering::Relaxed).saturating_add(by);
+        elapsed_nanos.store(elapsed, Ordering::Relaxed);
+        let now = self.clock.ticks_floor(Duration::from_nanos(elapsed));
+        for (shard, wheel) in self.shards.iter().zip(&mut manual.wheels) {
+            shard.pass(wheel, now, &*manual.handler);
+        }
+        Ok(())
+    }
+
     /// Stops every reaper and returns the payloads (callbacks) of the timers that had not
     /// fired, unrun. Scheduling afterwards fails with [`ScheduleError::Shutdown`]. Calling
     /// it again returns nothing more. Dropping the timer shuts it down and drops them.
+    /// (Calling it from one of the timer's own callbacks would wait for itself: don't.)
     pub fn shutdown(&self) -> Vec<T> {
         for shard in self.shards.iter() {
             shard.stop();
         }
-        let reapers = std::mem::take(&mut *lock(&self.reapers));
-        reapers
-            .into_iter()
-            .flat_map(|reaper| reaper.join().unwrap_or_default())
-            .collect()
+        match &self.driver {
+            Driver::Reapers(reapers) => {
+                let reapers = std::mem::take(&mut *lock(reapers));
+                reapers
+                    .into_iter()
+                    .flat_map(|reaper| reaper.join().unwrap_or_default())
+                    .collect()
+            }
+            Driver::Manual { state, .. } => match lock(state).take() {
+                Some(mut manual) => self
+                    .shards
+                    .iter()
+                    .zip(&mut manual.wheels)
+                    .flat_map(|(shard, wheel)| shard.wind_up(wheel))
+                    .collect(),
+                None => Vec::new(),
+            },
+        }
     }
 }
 

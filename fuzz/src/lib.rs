@@ -1,7 +1,10 @@
-//! What the fuzz targets share: the model harness of the property test
-//! (`tests/model/harness.rs`), and a decoder that turns the fuzzer's bytes into its
-//! operations, with a mix of operations per target.
+//! What the fuzz targets share: the model harnesses of the property tests
+//! (`tests/model/harness.rs` for the wheel, `tests/engine_model/harness.rs` for the manual
+//! engine), and decoders that turn the fuzzer's bytes into their operations, with a mix of
+//! operations per wheel target.
 
+#[path = "../../tests/engine_model/harness.rs"]
+pub mod engine_harness;
 #[path = "../../tests/model/harness.rs"]
 pub mod harness;
 
@@ -79,5 +82,50 @@ pub fn run(data: &[u8], mix: Mix) {
     }
     if let Err(error) = harness.finish() {
         panic!("{error} (at the final poll)");
+    }
+}
+
+/// Nanosecond times around tick and level boundaries, and small, large and huge ones.
+fn nanos(u: &mut Unstructured) -> Result<u64> {
+    let tick = engine_harness::TICK_NANOS;
+    Ok(match u.int_in_range(0..=4)? {
+        0 => *u.choose(&[0, 1, tick - 1, tick, tick + 1])?,
+        1 => u.int_in_range(0..=300)? * tick,
+        2 => u.int_in_range(0..=100 * tick)?,
+        3 => *u.choose(&[63, 64, 65, 4095, 4096, 4097])? * tick,
+        _ => u.arbitrary()?,
+    })
+}
+
+fn engine_op(u: &mut Unstructured) -> Result<engine_harness::Op> {
+    use engine_harness::Op;
+    Ok(match u.int_in_range(0..=16)? {
+        0..=5 => Op::Schedule(nanos(u)?),
+        6..=8 => Op::Cancel(u.arbitrary()?),
+        9..=11 => Op::Reset(u.arbitrary()?, nanos(u)?),
+        12 => Op::Foreign(u.arbitrary()?),
+        _ => Op::Advance(nanos(u)?),
+    })
+}
+
+/// Runs a manual engine (shard count and bound from the first bytes) through the
+/// operations the rest decodes to, against the model, then shuts it down; panics on the
+/// first disagreement.
+pub fn run_engine(data: &[u8]) {
+    let mut u = Unstructured::new(data);
+    let shards = u.int_in_range(1..=3).unwrap_or(1);
+    let max_pending = match u.int_in_range(0..=40).unwrap_or(0) {
+        0 => usize::MAX,
+        bound => bound,
+    };
+    let mut harness = engine_harness::Harness::new(shards, max_pending);
+    while !u.is_empty() {
+        let Ok(op) = engine_op(&mut u) else { break };
+        if let Err(error) = harness.apply(&op) {
+            panic!("{error} (after {op:?})");
+        }
+    }
+    if let Err(error) = harness.finish() {
+        panic!("{error} (at shutdown)");
     }
 }
