@@ -1,11 +1,24 @@
-//! Time in ticks: a monotonic count of tick-sized steps since the engine started.
+//! Time: exact deadlines in nanoseconds since the engine started, filed in the wheel under
+//! ticks.
 //!
-//! Deadlines round *up* to the next tick and the current tick rounds *down*, so a timer is
-//! never due before its instant (the early-fire trap of tokio-timer#14 and akka#1547), and
-//! at most one tick after it. Delays past the end of the `u64` tick range (half a billion
-//! years at 1 ms) saturate to the last tick instead of wrapping or panicking.
+//! A timer's deadline is kept exact (what lateness is measured against); the reaper files it
+//! under the first tick that starts at or after it (rounded *up*), and the current tick
+//! rounds *down*, so a timer is never due before its instant (the early-fire trap of
+//! tokio-timer#14 and akka#1547), and at most one tick after it. Deadlines past the end of
+//! the `u64` nanosecond range (584 years) saturate to its end instead of wrapping or
+//! panicking.
 
 use std::time::{Duration, Instant};
+
+/// A duration in nanoseconds, saturating at `u64::MAX` (584 years).
+pub(crate) fn nanos(duration: Duration) -> u64 {
+    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// The tick a deadline is filed under: the first that starts at or after it.
+pub(crate) fn tick_of(deadline: u64, tick_nanos: u64) -> u64 {
+    deadline.div_ceil(tick_nanos)
+}
 
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Clock {
@@ -18,46 +31,38 @@ impl Clock {
     pub(crate) fn new(tick: Duration) -> Self {
         Clock {
             start: Instant::now(),
-            tick_nanos: u64::try_from(tick.as_nanos()).unwrap_or(u64::MAX).max(1),
+            tick_nanos: nanos(tick).max(1),
         }
+    }
+
+    pub(crate) fn tick_nanos(&self) -> u64 {
+        self.tick_nanos
+    }
+
+    /// Nanoseconds since the start.
+    pub(crate) fn elapsed(&self) -> u64 {
+        nanos(self.start.elapsed())
     }
 
     /// The current tick, rounded down.
     pub(crate) fn now(&self) -> u64 {
-        self.ticks_floor(self.start.elapsed())
+        self.tick_at(self.elapsed())
     }
 
-    /// The tick at which `instant` has certainly passed (rounded up).
+    /// The current tick once `elapsed` nanoseconds have passed (rounded down).
+    pub(crate) fn tick_at(&self, elapsed: u64) -> u64 {
+        elapsed / self.tick_nanos
+    }
+
+    /// The deadline of `instant`; instants before the start are due at once.
     pub(crate) fn deadline_at(&self, instant: Instant) -> u64 {
-        self.ticks_ceil(instant.saturating_duration_since(self.start))
-    }
-
-    /// The deadline of a timer `delay` from now.
-    pub(crate) fn deadline_after(&self, delay: Duration) -> u64 {
-        match Instant::now().checked_add(delay) {
-            Some(instant) => self.deadline_at(instant),
-            None => u64::MAX,
-        }
+        nanos(instant.saturating_duration_since(self.start))
     }
 
     /// How long from now until tick `tick` starts (zero if it has).
     pub(crate) fn until(&self, tick: u64) -> Duration {
-        let at = u128::from(tick) * u128::from(self.tick_nanos);
-        let at = Duration::from_nanos(u64::try_from(at).unwrap_or(u64::MAX));
-        at.saturating_sub(self.start.elapsed())
-    }
-
-    /// The tick `elapsed` after the start falls in (rounded down): the current tick when
-    /// that much time has passed.
-    pub(crate) fn ticks_floor(&self, elapsed: Duration) -> u64 {
-        u64::try_from(elapsed.as_nanos() / u128::from(self.tick_nanos)).unwrap_or(u64::MAX)
-    }
-
-    /// The first tick at or after `elapsed` from the start (rounded up): the deadline of a
-    /// timer due then.
-    pub(crate) fn ticks_ceil(&self, elapsed: Duration) -> u64 {
-        let ticks = elapsed.as_nanos().div_ceil(u128::from(self.tick_nanos));
-        u64::try_from(ticks).unwrap_or(u64::MAX)
+        let at = tick.saturating_mul(self.tick_nanos);
+        Duration::from_nanos(at.saturating_sub(self.elapsed()))
     }
 }
 
@@ -69,11 +74,12 @@ mod tests {
     fn deadlines_round_up_and_now_rounds_down() {
         let clock = Clock::new(Duration::from_millis(1));
         let start = clock.start;
-        assert_eq!(clock.deadline_at(start), 0);
-        assert_eq!(clock.deadline_at(start + Duration::from_micros(1)), 1);
-        assert_eq!(clock.deadline_at(start + Duration::from_millis(1)), 1);
-        assert_eq!(clock.deadline_at(start + Duration::from_micros(1_001)), 2);
-        assert_eq!(clock.ticks_floor(Duration::from_micros(1_999)), 1);
+        let tick = |instant| tick_of(clock.deadline_at(instant), clock.tick_nanos());
+        assert_eq!(tick(start), 0);
+        assert_eq!(tick(start + Duration::from_micros(1)), 1);
+        assert_eq!(tick(start + Duration::from_millis(1)), 1);
+        assert_eq!(tick(start + Duration::from_micros(1_001)), 2);
+        assert_eq!(clock.tick_at(1_999_999), 1);
         // Instants before the start are due at once.
         if let Some(before) = start.checked_sub(Duration::from_millis(5)) {
             assert_eq!(clock.deadline_at(before), 0);
@@ -83,9 +89,11 @@ mod tests {
     #[test]
     fn huge_delays_saturate() {
         let clock = Clock::new(Duration::from_nanos(1));
-        assert_eq!(clock.deadline_after(Duration::MAX), u64::MAX);
+        assert_eq!(nanos(Duration::MAX), u64::MAX);
+        assert_eq!(tick_of(u64::MAX, 1), u64::MAX);
         assert!(clock.until(u64::MAX) > Duration::from_secs(1 << 20));
         let coarse = Clock::new(Duration::MAX);
         assert_eq!(coarse.now(), 0);
+        assert_eq!(tick_of(u64::MAX, coarse.tick_nanos()), 1);
     }
 }

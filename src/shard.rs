@@ -17,7 +17,7 @@
 //! (`wakeup` has the handshake and why no wake-up is lost). While the reaper works,
 //! producers make no system call at all.
 
-use crate::clock::Clock;
+use crate::clock::{self, Clock};
 use crate::handle::Key;
 use crate::inbox::{Closed, Inbox};
 use crate::slab::NIL;
@@ -57,13 +57,16 @@ pub struct Shard<T> {
     wakeup: CachePadded<Wakeup>,
     pending: CachePadded<AtomicUsize>,
     max_pending: usize,
+    /// The wheel's tick: deadlines are nanoseconds since the start, the wheel counts ticks.
+    tick_nanos: u64,
     stopping: AtomicBool,
     panicked: AtomicU64,
 }
 
 impl<T> Shard<T> {
-    /// A shard holding at most `max_pending` timers.
-    pub fn new(max_pending: usize) -> Self {
+    /// A shard holding at most `max_pending` timers, its wheel in ticks of `tick_nanos`
+    /// nanoseconds (at least 1).
+    pub fn new(max_pending: usize, tick_nanos: u64) -> Self {
         Shard {
             slots: Slots::new(),
             inbox: CachePadded::new(Inbox::new()),
@@ -71,6 +74,7 @@ impl<T> Shard<T> {
             wakeup: CachePadded::new(Wakeup::new()),
             pending: CachePadded::new(AtomicUsize::new(0)),
             max_pending,
+            tick_nanos: tick_nanos.max(1),
             stopping: AtomicBool::new(false),
             panicked: AtomicU64::new(0),
         }
@@ -86,7 +90,8 @@ impl<T> Shard<T> {
         self.panicked.load(Ordering::Relaxed)
     }
 
-    /// Schedules `payload` at tick `deadline`; returns its slot and generation.
+    /// Schedules `payload`, due at `deadline` (nanoseconds since the start); returns its
+    /// slot and generation.
     pub fn schedule(&self, deadline: u64, payload: T) -> Result<(u32, u32), Refused<T>> {
         // Relaxed: a count, not a synchronisation. Incremented only while below the bound,
         // so a refusal always means `max_pending` timers really are pending.
@@ -163,8 +168,9 @@ impl<T> Shard<T> {
         true
     }
 
-    /// Moves the pending timer in slot `index` of generation `generation` to tick
-    /// `deadline`; true if it was pending, false (and nothing changed) otherwise.
+    /// Moves the pending timer in slot `index` of generation `generation` to `deadline`
+    /// (nanoseconds since the start); true if it was pending, false (and nothing changed)
+    /// otherwise.
     pub fn reset(&self, index: u32, generation: u32, deadline: u64) -> bool {
         let Some(slot) = self.slots.get(index) else {
             return false;
@@ -307,7 +313,8 @@ impl<T> Shard<T> {
     /// `tidying`, no longer than `TIDY_INTERVAL`), and says whether it may (nothing arrived
     /// meanwhile).
     pub fn may_sleep(&self, tick: u64, tidying: bool) -> bool {
-        self.wakeup.plan_sleep(tick, tidying);
+        self.wakeup
+            .plan_sleep(tick.saturating_mul(self.tick_nanos), tidying);
         self.inbox.is_empty() && self.changes.is_empty() && !self.stopping.load(Ordering::Relaxed)
     }
 
@@ -322,7 +329,7 @@ impl<T> Shard<T> {
             if state == PENDING {
                 // A reset under way may be writing the deadline: either value will do, as
                 // its change moves the timer once it lands.
-                self.place(wheel, at, slot, slot.deadline.load(Ordering::Relaxed));
+                self.place_at_deadline(wheel, at, slot);
             }
             at = next;
         }
@@ -336,6 +343,18 @@ impl<T> Shard<T> {
             let key = wheel.insert(deadline, index).to_bits();
             slot.wheel_key.store(key, Ordering::Relaxed);
         }
+    }
+
+    /// Links slot `index` into the wheel, or moves it there, under its deadline's tick.
+    fn place_at_deadline(&self, wheel: &mut Wheel<u32>, index: u32, slot: &Slot<T>) {
+        // Relaxed: published by the inbox push or the change that brought the slot here.
+        let deadline = slot.deadline.load(Ordering::Relaxed);
+        self.place(
+            wheel,
+            index,
+            slot,
+            clock::tick_of(deadline, self.tick_nanos),
+        );
     }
 
     /// Applies the cancels and resets on the changes list.
@@ -356,7 +375,7 @@ impl<T> Shard<T> {
                     }
                     (_, state) => {
                         debug_assert_eq!(state, PENDING, "queued slots do not fire");
-                        self.place(wheel, at, slot, slot.deadline.load(Ordering::Relaxed));
+                        self.place_at_deadline(wheel, at, slot);
                     }
                 }
             }
@@ -479,7 +498,7 @@ mod tests {
     #[test]
     fn payloads_cross_threads_once_each() {
         const PER_PRODUCER: u64 = if cfg!(miri) { 40 } else { 20_000 };
-        let shard: Arc<Shard<Box<u64>>> = Arc::new(Shard::new(usize::MAX));
+        let shard: Arc<Shard<Box<u64>>> = Arc::new(Shard::new(usize::MAX, 1));
         let stop = Arc::new(AtomicBool::new(false));
         let fired = Arc::new(AtomicUsize::new(0));
         let reaper = {

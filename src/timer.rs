@@ -5,7 +5,7 @@
 //! cores do not share a shard's inbox cache line; any thread may cancel any timer, since the
 //! handle names its shard.
 
-use crate::clock::Clock;
+use crate::clock::{self, Clock};
 use crate::error::{AdvanceError, BuildError, ScheduleError, StaleHandle};
 use crate::handle::TimerHandle;
 use crate::shard::{Refused, Shard};
@@ -163,8 +163,10 @@ impl Builder {
             return Err(BuildError::ZeroTick);
         }
         let per_shard = self.max_pending.div_ceil(self.shards);
-        let shards: Arc<[Shard<T>]> = (0..self.shards).map(|_| Shard::new(per_shard)).collect();
         let clock = Clock::new(self.tick);
+        let shards: Arc<[Shard<T>]> = (0..self.shards)
+            .map(|_| Shard::new(per_shard, clock.tick_nanos()))
+            .collect();
         let id = NEXT_TIMER_ID.fetch_add(1, Ordering::Relaxed);
         if self.manual {
             let manual = Manual {
@@ -313,7 +315,7 @@ impl Timer {
 
     /// Schedules `callback` to run once, `delay` from now. Any thread may call it; it takes
     /// no lock and makes no system call unless it must wake a sleeping reaper for an
-    /// earlier deadline. A `delay` beyond the tick range (centuries) is clamped to its end.
+    /// earlier deadline. A deadline more than 584 years after the timer started is clamped to that.
     ///
     /// # Errors
     ///
@@ -344,14 +346,14 @@ impl Timer {
 impl<T: Send + 'static> Timer<T> {
     /// Schedules a timer carrying `payload`, due `delay` from now: the handler given to
     /// [`Builder::build_with`] runs with it then. Lock-free, from any thread, as
-    /// [`schedule`](Timer::schedule); a `delay` beyond the tick range is clamped to its end.
+    /// [`schedule`](Timer::schedule); a deadline past 584 years is clamped.
     ///
     /// # Errors
     ///
     /// [`ScheduleError::Full`] beyond `max_pending`, [`ScheduleError::Shutdown`] after
     /// shutdown; both hand the payload back.
     pub fn insert(&self, delay: Duration, payload: T) -> Result<TimerHandle, ScheduleError<T>> {
-        self.insert_tick(self.deadline_after(delay), payload)
+        self.insert_due(self.deadline_after(delay), payload)
     }
 
     /// Schedules a timer carrying `payload`, due at `instant` (at once if it has passed).
@@ -360,22 +362,20 @@ impl<T: Send + 'static> Timer<T> {
     ///
     /// As [`insert`](Self::insert).
     pub fn insert_at(&self, instant: Instant, payload: T) -> Result<TimerHandle, ScheduleError<T>> {
-        self.insert_tick(self.clock.deadline_at(instant), payload)
+        self.insert_due(self.clock.deadline_at(instant), payload)
     }
 
     /// The deadline of a timer `delay` from now, by this timer's clock.
     fn deadline_after(&self, delay: Duration) -> u64 {
-        match &self.driver {
-            Driver::Reapers(_) => self.clock.deadline_after(delay),
-            Driver::Manual { elapsed_nanos, .. } => {
-                // Relaxed: a reading of the time; an advance racing it may or may not count.
-                let elapsed = Duration::from_nanos(elapsed_nanos.load(Ordering::Relaxed));
-                self.clock.ticks_ceil(elapsed.saturating_add(delay))
-            }
-        }
+        let elapsed = match &self.driver {
+            Driver::Reapers(_) => self.clock.elapsed(),
+            // Relaxed: a reading of the time; an advance racing it may or may not count.
+            Driver::Manual { elapsed_nanos, .. } => elapsed_nanos.load(Ordering::Relaxed),
+        };
+        elapsed.saturating_add(clock::nanos(delay))
     }
 
-    fn insert_tick(&self, deadline: u64, payload: T) -> Result<TimerHandle, ScheduleError<T>> {
+    fn insert_due(&self, deadline: u64, payload: T) -> Result<TimerHandle, ScheduleError<T>> {
         let shard = self.producer_shard();
         match self.shards[shard].schedule(deadline, payload) {
             Ok((slot, generation)) => Ok(TimerHandle::new(self.id, shard as u32, slot, generation)),
@@ -423,7 +423,7 @@ impl<T: Send + 'static> Timer<T> {
     /// [`StaleHandle`] if the timer already ran or is running, was cancelled, or the handle
     /// is not this timer's; nothing changes then.
     pub fn reset(&self, handle: TimerHandle, delay: Duration) -> Result<(), StaleHandle> {
-        self.reset_tick(handle, self.deadline_after(delay))
+        self.reset_due(handle, self.deadline_after(delay))
     }
 
     /// Moves a pending timer to `instant`, as [`reset`](Self::reset) does.
@@ -432,10 +432,10 @@ impl<T: Send + 'static> Timer<T> {
     ///
     /// As [`reset`](Self::reset).
     pub fn reset_at(&self, handle: TimerHandle, instant: Instant) -> Result<(), StaleHandle> {
-        self.reset_tick(handle, self.clock.deadline_at(instant))
+        self.reset_due(handle, self.clock.deadline_at(instant))
     }
 
-    fn reset_tick(&self, handle: TimerHandle, deadline: u64) -> Result<(), StaleHandle> {
+    fn reset_due(&self, handle: TimerHandle, deadline: u64) -> Result<(), StaleHandle> {
         let shard = self.shard_of(handle).ok_or(StaleHandle)?;
         shard
             .reset(handle.slot(), handle.generation(), deadline)
@@ -488,11 +488,12 @@ impl<T: Send + 'static> Timer<T> {
         let Some(manual) = state.as_mut() else {
             return Ok(());
         };
-        let by = u64::try_from(by.as_nanos()).unwrap_or(u64::MAX);
         // Relaxed: only `advance`, under the lock, writes it.
-        let elapsed = elapsed_nanos.load(Ordering::Relaxed).saturating_add(by);
+        let elapsed = elapsed_nanos
+            .load(Ordering::Relaxed)
+            .saturating_add(clock::nanos(by));
         elapsed_nanos.store(elapsed, Ordering::Relaxed);
-        let now = self.clock.ticks_floor(Duration::from_nanos(elapsed));
+        let now = self.clock.tick_at(elapsed);
         for (shard, wheel) in self.shards.iter().zip(&mut manual.wheels) {
             shard.pass(wheel, now, &*manual.handler);
         }

@@ -1,8 +1,10 @@
 //! The park handshake between a shard's reaper and the threads that feed it: no lost
 //! wake-up, and no system call on a producer's common path.
 //!
-//! The reaper publishes the tick it plans to sleep until (`AWAKE` while it works); a
-//! producer that has pushed work due earlier than that plan unparks it. The race to close
+//! The reaper publishes when it plans to wake (the start of a tick, in nanoseconds since
+//! the start; `AWAKE` while it works); a producer that has pushed work due earlier than
+//! that plan unparks it (a timer due within the planned tick itself wakes it needlessly,
+//! which is harmless). The race to close
 //! is the classic one: the reaper decides to sleep just as a producer pushes. Both sides
 //! store, then issue a SeqCst fence, then load the other side's variable:
 //!
@@ -52,18 +54,18 @@ impl Wakeup {
         self.plan.store(AWAKE, Ordering::Relaxed);
     }
 
-    /// The reaper plans to sleep until `tick` (`u64::MAX`: until woken), and says whether
-    /// it will wake within its tidy interval in any case. It may then park only if its
-    /// inboxes are empty (the handshake in the module doc).
-    pub(crate) fn plan_sleep(&self, tick: u64, tidying: bool) {
+    /// The reaper plans to sleep until `wake_at` (nanoseconds since the start; `u64::MAX`:
+    /// until woken), and says whether it will wake within its tidy interval in any case. It
+    /// may then park only if its inboxes are empty (the handshake in the module doc).
+    pub(crate) fn plan_sleep(&self, wake_at: u64, tidying: bool) {
         // Relaxed stores, then the SeqCst fence: it orders them before the inbox check.
         self.tidying.store(tidying, Ordering::Relaxed);
-        self.plan.store(tick.max(AWAKE + 1), Ordering::Relaxed);
+        self.plan.store(wake_at.max(AWAKE + 1), Ordering::Relaxed);
         fence(Ordering::SeqCst);
     }
 
-    /// A producer has pushed work due at `deadline`: wakes the reaper if it plans to sleep
-    /// past it.
+    /// A producer has pushed work due at `deadline` (nanoseconds since the start): wakes the
+    /// reaper if it plans to sleep past it.
     pub(crate) fn notify(&self, deadline: u64) {
         // The fence orders the push before the load of the plan (module doc).
         fence(Ordering::SeqCst);

@@ -31,7 +31,8 @@ pub struct Harness {
 impl Harness {
     pub fn new() -> Self {
         Harness {
-            shard: Arc::new(Shard::new(usize::MAX)),
+            // A tick of one nanosecond: deadlines and ticks are the same numbers.
+            shard: Arc::new(Shard::new(usize::MAX, 1)),
             drops: Arc::new(AtomicUsize::new(0)),
             fired: Arc::new(AtomicUsize::new(0)),
             fired_values: Arc::new(AtomicUsize::new(0)),
