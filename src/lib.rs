@@ -36,6 +36,7 @@ mod inbox;
 mod shard;
 mod slab;
 mod slots;
+mod stats;
 mod sync;
 mod timer;
 mod wakeup;
@@ -56,5 +57,6 @@ pub use error::{AdvanceError, BuildError, Full, ScheduleError, StaleHandle, Stal
 #[cfg(doctest)]
 pub struct ReadmeDoctests;
 pub use handle::{Key, TimerHandle};
+pub use stats::Stats;
 pub use timer::{Builder, Callback, Timer};
 pub use wheel::{DrainExpired, Expired, Wheel};

@@ -24,11 +24,13 @@ use crate::slab::NIL;
 use crate::slots::{
     self, CANCELLED, FIRING, FLAGS, Freed, NO_KEY, PENDING, QUEUED, RESETTING, Slot, Slots,
 };
+use crate::stats::ShardStats;
 use crate::sync::{self, AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use crate::wakeup::Wakeup;
 use crate::wheel::Wheel;
 use crossbeam_utils::CachePadded;
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 /// How long cancelled timers may wait for the reaper while cancels keep coming (see
@@ -55,12 +57,23 @@ pub struct Shard<T> {
     inbox: CachePadded<Inbox>,
     changes: CachePadded<Inbox>,
     wakeup: CachePadded<Wakeup>,
-    pending: CachePadded<AtomicUsize>,
+    counts: CachePadded<ProducerCounts>,
     max_pending: usize,
     /// The wheel's tick: deadlines are nanoseconds since the start, the wheel counts ticks.
     tick_nanos: u64,
     stopping: AtomicBool,
     panicked: AtomicU64,
+    /// The reaper's counts; see `stats`. (A std lock: it is not part of any protocol the
+    /// loom models check, and the reaper never holds it while user code runs.)
+    stats: Mutex<ShardStats>,
+}
+
+/// What producers count, on one cache line of their own.
+struct ProducerCounts {
+    /// Timers scheduled and neither fired nor cancelled.
+    pending: AtomicUsize,
+    /// Successful resets.
+    resets: AtomicU64,
 }
 
 impl<T> Shard<T> {
@@ -72,7 +85,11 @@ impl<T> Shard<T> {
             inbox: CachePadded::new(Inbox::new()),
             changes: CachePadded::new(Inbox::new()),
             wakeup: CachePadded::new(Wakeup::new()),
-            pending: CachePadded::new(AtomicUsize::new(0)),
+            counts: CachePadded::new(ProducerCounts {
+                pending: AtomicUsize::new(0),
+                resets: AtomicU64::new(0),
+            }),
+            stats: Mutex::new(ShardStats::new()),
             max_pending,
             tick_nanos: tick_nanos.max(1),
             stopping: AtomicBool::new(false),
@@ -82,12 +99,26 @@ impl<T> Shard<T> {
 
     /// Timers scheduled and neither fired nor cancelled.
     pub fn pending(&self) -> usize {
-        self.pending.load(Ordering::Relaxed)
+        self.counts.pending.load(Ordering::Relaxed)
     }
 
     /// Callbacks that panicked.
     pub(crate) fn panicked(&self) -> u64 {
         self.panicked.load(Ordering::Relaxed)
+    }
+
+    /// A copy of the shard's counts and histograms.
+    pub(crate) fn stats(&self) -> ShardStats {
+        let mut stats = self.reaper_stats().clone();
+        stats.reset = self.counts.resets.load(Ordering::Relaxed);
+        stats.pending = self.pending();
+        stats.panicked = self.panicked();
+        stats
+    }
+
+    fn reaper_stats(&self) -> MutexGuard<'_, ShardStats> {
+        // A panic while recording leaves counts behind, never a broken invariant.
+        self.stats.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Schedules `payload`, due at `deadline` (nanoseconds since the start); returns its
@@ -97,6 +128,7 @@ impl<T> Shard<T> {
         // so a refusal always means `max_pending` timers really are pending.
         let below_bound = |n: usize| (n < self.max_pending).then_some(n + 1);
         if self
+            .counts
             .pending
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, below_bound)
             .is_err()
@@ -104,7 +136,7 @@ impl<T> Shard<T> {
             return Err(Refused::Full(payload));
         }
         let Some((index, slot)) = self.slots.take() else {
-            self.pending.fetch_sub(1, Ordering::Relaxed);
+            self.counts.pending.fetch_sub(1, Ordering::Relaxed);
             return Err(Refused::Full(payload));
         };
         // Relaxed: the slot is ours; `take` synchronised with whoever freed it.
@@ -122,7 +154,7 @@ impl<T> Shard<T> {
             let mut freed = Freed::new();
             self.slots.release(index, slot, generation, &mut freed);
             self.slots.recycle(&mut freed);
-            self.pending.fetch_sub(1, Ordering::Relaxed);
+            self.counts.pending.fetch_sub(1, Ordering::Relaxed);
             return Err(Refused::Closed(payload));
         }
         self.wakeup.notify(deadline);
@@ -158,7 +190,7 @@ impl<T> Shard<T> {
                 Err(seen) => current = seen,
             }
         }
-        self.pending.fetch_sub(1, Ordering::Relaxed);
+        self.counts.pending.fetch_sub(1, Ordering::Relaxed);
         if current & (RESETTING | QUEUED) == 0 {
             // A closed list means the reaper is gone; the slots' drop frees the payload.
             if let Ok(true) = self.changes.push(index, &slot.change_link) {
@@ -183,6 +215,7 @@ impl<T> Shard<T> {
             if current & RESETTING != 0 {
                 // Another reset of this timer is under way and ends after this instant:
                 // this one counts as done just before it, and its deadline as overwritten.
+                self.counts.resets.fetch_add(1, Ordering::Relaxed);
                 return true;
             }
             // Acquire on success: orders the deadline store below after the last
@@ -215,7 +248,12 @@ impl<T> Shard<T> {
         }
         self.wakeup.notify(deadline);
         // A cancel that came while the reset was under way won: the timer is gone.
-        slots::split(before).1 == PENDING
+        let reset = slots::split(before).1 == PENDING;
+        // Relaxed: a count.
+        self.counts
+            .resets
+            .fetch_add(u64::from(reset), Ordering::Relaxed);
+        reset
     }
 
     /// Asks the reaper to stop; `run` then returns the unfired payloads.
@@ -238,7 +276,7 @@ impl<T> Shard<T> {
             // While cancels keep coming, the reaper wakes every `TIDY_INTERVAL` to free
             // them in batches, and cancellers leave it be; once a pass finds none, it
             // sleeps until its next deadline, and the next cancel wakes it.
-            let tidying = self.pass(&mut wheel, now, handler);
+            let tidying = self.pass(&mut wheel, now, &|| clock.elapsed(), handler);
             // Relaxed: the flag carries no data; `may_sleep` orders the last look.
             if self.stopping.load(Ordering::Relaxed) {
                 break;
@@ -266,19 +304,31 @@ impl<T> Shard<T> {
     }
 
     /// One pass of the reaper: takes what the inboxes hold, links and unlinks it, and fires
-    /// every timer due at tick `now`. Returns whether there were changes (cancels, resets).
-    pub fn pass(&self, wheel: &mut Wheel<u32>, now: u64, handler: &(dyn Fn(T) + Sync)) -> bool {
+    /// every timer due at tick `now`; `elapsed` reads the time (nanoseconds since the
+    /// start) for the lateness of each. Returns whether there were changes (cancels,
+    /// resets).
+    pub fn pass(
+        &self,
+        wheel: &mut Wheel<u32>,
+        now: u64,
+        elapsed: &dyn Fn() -> u64,
+        handler: &(dyn Fn(T) + Sync),
+    ) -> bool {
         self.wakeup.awake();
         let mut freed = Freed::new();
         // What is due already fires first: a large batch of arrivals must not delay it.
-        self.fire_due(wheel, now, handler, &mut freed);
+        self.fire_due(wheel, now, elapsed, handler, &mut freed);
         // Changes first, then arrivals: see the module doc.
         let changes = self.changes.take_all();
         let arrivals = self.inbox.take_all();
-        self.arrive(wheel, arrivals);
-        self.apply_changes(wheel, changes, &mut freed);
-        self.fire_due(wheel, now, handler, &mut freed);
+        let arrived = self.arrive(wheel, arrivals);
+        let (changed, cancelled) = self.apply_changes(wheel, changes, &mut freed);
+        self.fire_due(wheel, now, elapsed, handler, &mut freed);
         self.slots.recycle(&mut freed);
+        let mut stats = self.reaper_stats();
+        stats.pass(arrived, changed);
+        stats.cancelled += cancelled;
+        stats.cascaded = wheel.cascaded();
         changes != NIL
     }
 
@@ -287,6 +337,7 @@ impl<T> Shard<T> {
         &self,
         wheel: &mut Wheel<u32>,
         now: u64,
+        elapsed: &dyn Fn() -> u64,
         handler: &(dyn Fn(T) + Sync),
         freed: &mut Freed,
     ) {
@@ -294,10 +345,17 @@ impl<T> Shard<T> {
             let index = expired.value;
             let slot = self.slot(index);
             slot.wheel_key.store(NO_KEY, Ordering::Relaxed);
-            // Relaxed: only the reaper changes the generation, so this read is its own.
+            // Relaxed: only the reaper changes the generation, so this read is its own;
+            // the deadline is that of the last arrival or change the reaper took in, and
+            // it is current if the claim succeeds (a reset in between makes it fail).
             let (generation, _) = slots::split(slot.state.load(Ordering::Relaxed));
+            let deadline = slot.deadline.load(Ordering::Relaxed);
             match self.claim(index, slot, slots::word(generation, PENDING), freed) {
-                Ok(payload) => self.contain(|| handler(payload)),
+                Ok(payload) => {
+                    let late = elapsed().saturating_sub(deadline);
+                    self.reaper_stats().fired(late);
+                    self.contain(|| handler(payload));
+                }
                 // A reset is on its way: keep the timer in the wheel until it lands, so that
                 // a pending timer is always in the wheel (shutdown finds it there).
                 Err(seen) if slots::split(seen).1 == PENDING => {
@@ -318,9 +376,12 @@ impl<T> Shard<T> {
         self.inbox.is_empty() && self.changes.is_empty() && !self.stopping.load(Ordering::Relaxed)
     }
 
-    /// Links newly arrived timers into the wheel, except those cancelled on the way.
-    fn arrive(&self, wheel: &mut Wheel<u32>, mut at: u32) {
+    /// Links newly arrived timers into the wheel, except those cancelled on the way;
+    /// returns how many arrived.
+    fn arrive(&self, wheel: &mut Wheel<u32>, mut at: u32) -> u64 {
+        let mut arrived = 0;
         while at != NIL {
+            arrived += 1;
             let slot = self.slot(at);
             let next = slot.link.load(Ordering::Relaxed);
             // Acquire: pairs with the canceller's Release (the inbox swap already made the
@@ -333,6 +394,7 @@ impl<T> Shard<T> {
             }
             at = next;
         }
+        arrived
     }
 
     /// Links slot `index` into the wheel at `deadline`, or moves it there if it is in.
@@ -357,9 +419,12 @@ impl<T> Shard<T> {
         );
     }
 
-    /// Applies the cancels and resets on the changes list.
-    fn apply_changes(&self, wheel: &mut Wheel<u32>, mut at: u32, freed: &mut Freed) {
+    /// Applies the cancels and resets on the changes list; returns how many changes it
+    /// took, and how many were cancels.
+    fn apply_changes(&self, wheel: &mut Wheel<u32>, mut at: u32, freed: &mut Freed) -> (u64, u64) {
+        let (mut changed, mut cancelled) = (0, 0);
         while at != NIL {
+            changed += 1;
             let slot = self.slot(at);
             let next = slot.change_link.load(Ordering::Relaxed);
             // AcqRel: Acquire sees what the canceller or resetter published; Release orders
@@ -372,6 +437,7 @@ impl<T> Shard<T> {
                 match slots::split(word) {
                     (generation, CANCELLED) => {
                         self.free_cancelled(wheel, at, slot, generation, freed);
+                        cancelled += 1;
                     }
                     (_, state) => {
                         debug_assert_eq!(state, PENDING, "queued slots do not fire");
@@ -381,6 +447,7 @@ impl<T> Shard<T> {
             }
             at = next;
         }
+        (changed, cancelled)
     }
 
     /// Unlinks a cancelled timer from the wheel, drops its payload, frees its slot.
@@ -433,7 +500,7 @@ impl<T> Shard<T> {
             Ordering::Acquire,
             Ordering::Acquire,
         )?;
-        self.pending.fetch_sub(1, Ordering::Relaxed);
+        self.counts.pending.fetch_sub(1, Ordering::Relaxed);
         // SAFETY: the CAS made this reaper the only owner of a published payload.
         let payload = unsafe { slot.take_payload() };
         // Freed before the callback runs: a slow callback holds no slot.
@@ -511,10 +578,10 @@ mod tests {
                     fired.fetch_add(1, Ordering::Relaxed);
                 };
                 while !stop.load(Ordering::Acquire) {
-                    shard.pass(&mut wheel, now, &count);
+                    shard.pass(&mut wheel, now, &|| now, &count);
                     now += 1;
                 }
-                shard.pass(&mut wheel, now, &count);
+                shard.pass(&mut wheel, now, &|| now, &count);
                 shard.wind_up(&mut wheel).len()
             })
         };

@@ -9,6 +9,7 @@ use crate::clock::{self, Clock};
 use crate::error::{AdvanceError, BuildError, ScheduleError, StaleHandle};
 use crate::handle::TimerHandle;
 use crate::shard::{Refused, Shard};
+use crate::stats::Stats;
 use crate::wheel::Wheel;
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -315,7 +316,8 @@ impl Timer {
 
     /// Schedules `callback` to run once, `delay` from now. Any thread may call it; it takes
     /// no lock and makes no system call unless it must wake a sleeping reaper for an
-    /// earlier deadline. A deadline more than 584 years after the timer started is clamped to that.
+    /// earlier deadline. A deadline more than 584 years after the timer started is clamped
+    /// to that.
     ///
     /// # Errors
     ///
@@ -454,6 +456,17 @@ impl<T: Send + 'static> Timer<T> {
         self.shards.iter().map(Shard::panicked).sum()
     }
 
+    /// A snapshot of the counts and the lateness histogram, merged over the shards (see
+    /// [`Stats`]). Takes each shard's statistics lock briefly; reapers record into it
+    /// without contention otherwise.
+    pub fn stats(&self) -> Stats {
+        let mut stats = Stats::new();
+        for shard in self.shards.iter() {
+            stats.merge(&shard.stats());
+        }
+        stats
+    }
+
     /// The number of shards (and reaper threads).
     pub fn shards(&self) -> usize {
         self.shards.len()
@@ -495,7 +508,7 @@ impl<T: Send + 'static> Timer<T> {
         elapsed_nanos.store(elapsed, Ordering::Relaxed);
         let now = self.clock.tick_at(elapsed);
         for (shard, wheel) in self.shards.iter().zip(&mut manual.wheels) {
-            shard.pass(wheel, now, &*manual.handler);
+            shard.pass(wheel, now, &|| elapsed, &*manual.handler);
         }
         Ok(())
     }

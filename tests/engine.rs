@@ -385,9 +385,10 @@ fn schedules_resets_and_cancels_from_two_threads_keep_every_timer_exactly_once()
             record.ran_at.store(ran_at, Ordering::Relaxed);
         })
         .unwrap();
+    let resets = AtomicU64::new(0);
     thread::scope(|s| {
         for producer in 0..PRODUCERS {
-            let (timer, records) = (&timer, &records);
+            let (timer, records, resets) = (&timer, &records, &resets);
             s.spawn(move || {
                 let mut seed = 0x9e37_79b9 + producer as u64;
                 let mut random = move |bound: u64| {
@@ -416,6 +417,7 @@ fn schedules_resets_and_cancels_from_two_threads_keep_every_timer_exactly_once()
                     } else if action < 3 {
                         let deadline = start.elapsed() + Duration::from_micros(random(20_000));
                         if timer.reset_at(handle, start + deadline).is_ok() {
+                            resets.fetch_add(1, Ordering::Relaxed);
                             records[other]
                                 .not_before
                                 .store(deadline.as_nanos() as u64, Ordering::Relaxed);
@@ -431,6 +433,20 @@ fn schedules_resets_and_cancels_from_two_threads_keep_every_timer_exactly_once()
         timer.pending()
     );
     assert!(timer.shutdown().is_empty());
+    // The counters add up: every timer was taken in, and fired or was cancelled.
+    let stats = timer.stats();
+    let cancelled = records
+        .iter()
+        .filter(|r| r.cancelled.load(Ordering::Relaxed) == 1)
+        .count() as u64;
+    let total = (PER_PRODUCER * PRODUCERS) as u64;
+    assert_eq!(stats.scheduled, total);
+    assert_eq!(
+        (stats.fired, stats.cancelled),
+        (total - cancelled, cancelled)
+    );
+    assert_eq!(stats.reset, resets.load(Ordering::Relaxed));
+    assert_eq!(stats.pending, 0);
     for (id, record) in records.iter().enumerate() {
         let runs = record.runs.load(Ordering::Relaxed);
         if record.cancelled.load(Ordering::Relaxed) == 1 {

@@ -76,6 +76,8 @@ pub struct Wheel<T> {
     /// The current tick: every deadline at or before it has been handed out or is in a
     /// bucket due now.
     now: u64,
+    /// Entries moved down a level so far.
+    cascaded: u64,
 }
 
 /// A timer taken out of the wheel by [`Wheel::poll_expired`].
@@ -98,6 +100,7 @@ impl<T> Wheel<T> {
             levels: Vec::new(),
             heap: BucketHeap::new(),
             now: 0,
+            cascaded: 0,
         }
     }
 
@@ -241,6 +244,7 @@ impl<T> Wheel<T> {
             // bucket due after `due`, so this bucket stays the heap's top until emptied.
             self.unlink(index);
             self.link(index, deadline);
+            self.cascaded += 1;
         }
     }
 
@@ -288,6 +292,13 @@ impl<T> Wheel<T> {
     /// ```
     pub fn next_deadline(&self) -> Option<u64> {
         self.heap.peek().map(|(due, _)| due)
+    }
+
+    /// How many times a timer has moved down a level so far, on its way to expire: the
+    /// cost a hierarchical wheel pays for long timers (at most one move per level per
+    /// timer, and none for timers that are cancelled first or due within 64 ticks).
+    pub fn cascaded(&self) -> u64 {
+        self.cascaded
     }
 
     /// The current tick: the latest `now` the wheel was polled with.

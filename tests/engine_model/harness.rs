@@ -54,6 +54,11 @@ pub struct Harness {
     elapsed_nanos: u64,
     /// How many timers the (one) shard this thread schedules on may hold.
     bound: usize,
+    /// What `stats()` must say after an advance.
+    scheduled: u64,
+    fired_count: u64,
+    cancelled: u64,
+    resets: u64,
 }
 
 impl Harness {
@@ -84,6 +89,10 @@ impl Harness {
             elapsed_nanos: 0,
             // Every operation comes from this one thread, hence one shard.
             bound: max_pending.div_ceil(shards),
+            scheduled: 0,
+            fired_count: 0,
+            cancelled: 0,
+            resets: 0,
         }
     }
 
@@ -117,6 +126,7 @@ impl Harness {
                 }
                 let handle = result.map_err(|e| format!("schedule refused: {e}"))?;
                 self.handles.push(handle);
+                self.scheduled += 1;
                 self.done.push(false);
                 self.pending.insert(payload, self.deadline(delay));
             }
@@ -130,6 +140,7 @@ impl Harness {
                     cancelled == was_pending,
                     "cancel of {payload} (pending: {was_pending}) returned {cancelled}"
                 );
+                self.cancelled += u64::from(cancelled);
                 self.done[payload as usize] = true;
             }
             Op::Reset(index, delay) => {
@@ -142,6 +153,7 @@ impl Harness {
                     Some(due) => {
                         ensure!(result.is_ok(), "reset of pending {payload} gave {result:?}");
                         *due = deadline;
+                        self.resets += 1;
                     }
                     None => ensure!(
                         result == Err(StaleHandle),
@@ -191,9 +203,33 @@ impl Harness {
                 for payload in &fired {
                     self.pending.remove(payload);
                 }
+                self.fired_count += fired.len() as u64;
+                self.check_stats()?;
             }
         }
         self.check_pending()
+    }
+
+    /// After an advance every shard has taken in everything: the counts are exact.
+    fn check_stats(&self) -> Result<(), String> {
+        let stats = self.timer.stats();
+        let counted = (stats.scheduled, stats.fired, stats.cancelled, stats.reset);
+        let expected = (
+            self.scheduled,
+            self.fired_count,
+            self.cancelled,
+            self.resets,
+        );
+        ensure!(
+            counted == expected,
+            "stats (scheduled, fired, cancelled, reset) {counted:?}, model {expected:?}"
+        );
+        ensure!(
+            stats.pending == self.pending.len(),
+            "stats pending {}",
+            stats.pending
+        );
+        Ok(())
     }
 
     fn check_pending(&self) -> Result<(), String> {

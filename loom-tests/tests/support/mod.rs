@@ -50,10 +50,11 @@ impl Harness {
     pub fn pass(&self, wheel: &mut Wheel<u32>, now: u64) {
         let fired = Arc::clone(&self.fired);
         let values = Arc::clone(&self.fired_values);
-        self.shard.pass(wheel, now, &move |payload: Payload| {
-            fired.fetch_add(1, Ordering::SeqCst);
-            values.fetch_add(payload.value, Ordering::SeqCst);
-        });
+        self.shard
+            .pass(wheel, now, &|| now, &move |payload: Payload| {
+                fired.fetch_add(1, Ordering::SeqCst);
+                values.fetch_add(payload.value, Ordering::SeqCst);
+            });
     }
 
     pub fn fired(&self) -> usize {

@@ -1,0 +1,253 @@
+//! What the engine counts, and how late its timers fire.
+//!
+//! Each shard's reaper records into its own `ShardStats`, behind a lock that nothing else
+//! takes except [`Timer::stats`](crate::Timer::stats), so recording costs no contention with
+//! producers: lateness once per fired timer, the other counts once per pass. Producers
+//! count only what only they see (resets) beside the pending count they keep anyway.
+//! A snapshot merges the shards.
+
+use hdrhistogram::Histogram;
+use std::fmt;
+use std::io;
+use std::time::Duration;
+
+/// Histograms hold 1 ns to an hour (longer is recorded as an hour), to 2 significant
+/// digits: 1 % precision at every scale, about 30 KiB each.
+const HIGHEST_NANOS: u64 = 3_600_000_000_000;
+const SIGNIFICANT_DIGITS: u8 = 2;
+
+fn histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, HIGHEST_NANOS, SIGNIFICANT_DIGITS)
+        .expect("the bounds are valid constants")
+}
+
+/// One shard's counts, kept by its reaper.
+#[derive(Clone)]
+pub(crate) struct ShardStats {
+    /// Nanoseconds from each fired timer's deadline to the start of its callback.
+    lateness: Histogram<u64>,
+    /// Arrivals and changes taken from the inboxes, per pass that took any.
+    drained: Histogram<u64>,
+    pub(crate) scheduled: u64,
+    pub(crate) cancelled: u64,
+    pub(crate) fired: u64,
+    pub(crate) passes: u64,
+    /// The wheel's own count, copied each pass.
+    pub(crate) cascaded: u64,
+    /// Filled in from the producers' counts when a snapshot is taken.
+    pub(crate) reset: u64,
+    pub(crate) pending: usize,
+    pub(crate) panicked: u64,
+}
+
+impl ShardStats {
+    pub(crate) fn new() -> Self {
+        ShardStats {
+            lateness: histogram(),
+            drained: histogram(),
+            scheduled: 0,
+            cancelled: 0,
+            fired: 0,
+            passes: 0,
+            cascaded: 0,
+            reset: 0,
+            pending: 0,
+            panicked: 0,
+        }
+    }
+
+    /// A timer fired `lateness_nanos` after its deadline.
+    pub(crate) fn fired(&mut self, lateness_nanos: u64) {
+        self.fired += 1;
+        self.lateness.saturating_record(lateness_nanos.max(1));
+    }
+
+    /// A pass took `arrivals` new timers and `changes` cancels and resets.
+    pub(crate) fn pass(&mut self, arrivals: u64, changes: u64) {
+        self.passes += 1;
+        self.scheduled += arrivals;
+        if arrivals + changes > 0 {
+            self.drained.saturating_record(arrivals + changes);
+        }
+    }
+}
+
+/// A snapshot of a [`Timer`](crate::Timer)'s counts and lateness, merged over its shards;
+/// from [`Timer::stats`](crate::Timer::stats).
+///
+/// The counts are those the reapers have seen: a timer scheduled or cancelled a moment ago
+/// is counted once its shard's reaper has taken it in (its next pass). Once the timer is
+/// quiet, `scheduled == fired + cancelled + pending`.
+///
+/// ```
+/// use std::time::Duration;
+///
+/// let timer = shardwheel::Timer::builder().manual().build_with(|_: u32| {}).unwrap();
+/// timer.insert(Duration::from_millis(5), 1).unwrap();
+/// let cancelled = timer.insert(Duration::from_secs(60), 2).unwrap();
+/// assert!(timer.cancel(cancelled));
+/// timer.advance(Duration::from_millis(10)).unwrap();
+/// let stats = timer.stats();
+/// assert_eq!((stats.scheduled, stats.fired, stats.cancelled, stats.pending), (2, 1, 1, 0));
+/// // Manual time: due at 5 ms, run at 10 ms; histograms keep 2 significant digits.
+/// let late = stats.lateness(1.0);
+/// assert!(late >= Duration::from_millis(5) && late < Duration::from_micros(5_050));
+/// println!("{stats}");
+/// ```
+#[derive(Clone)]
+pub struct Stats {
+    /// Timers the reapers have taken in.
+    pub scheduled: u64,
+    /// Timers cancelled (and freed by their reaper).
+    pub cancelled: u64,
+    /// Successful resets.
+    pub reset: u64,
+    /// Timers fired (their callback or handler ran, or started to).
+    pub fired: u64,
+    /// Callbacks, handler calls and payload drops that panicked (each was caught).
+    pub panicked: u64,
+    /// Timers scheduled and neither fired nor cancelled, as producers count them.
+    pub pending: usize,
+    /// Times a timer moved down a level of a wheel, on its way to fire.
+    pub cascaded: u64,
+    /// Reaper passes: wake-ups, plus the passes a busy reaper makes without sleeping.
+    pub passes: u64,
+    lateness: Histogram<u64>,
+    drained: Histogram<u64>,
+}
+
+impl Stats {
+    pub(crate) fn new() -> Self {
+        Stats {
+            scheduled: 0,
+            cancelled: 0,
+            reset: 0,
+            fired: 0,
+            panicked: 0,
+            pending: 0,
+            cascaded: 0,
+            passes: 0,
+            lateness: histogram(),
+            drained: histogram(),
+        }
+    }
+
+    /// Adds one shard's counts.
+    pub(crate) fn merge(&mut self, shard: &ShardStats) {
+        self.scheduled += shard.scheduled;
+        self.cancelled += shard.cancelled;
+        self.reset += shard.reset;
+        self.fired += shard.fired;
+        self.panicked += shard.panicked;
+        self.pending += shard.pending;
+        self.cascaded += shard.cascaded;
+        self.passes += shard.passes;
+        // Same bounds on both sides, so adding cannot fail.
+        let _ = self.lateness.add(&shard.lateness);
+        let _ = self.drained.add(&shard.drained);
+    }
+
+    /// How late timers fired, at `quantile` (0.0 to 1.0; 0.99 is p99, 1.0 the maximum):
+    /// the time from a timer's deadline to the start of its callback, to within 1 %. Zero
+    /// when nothing has fired.
+    pub fn lateness(&self, quantile: f64) -> Duration {
+        Duration::from_nanos(self.lateness.value_at_quantile(quantile.clamp(0.0, 1.0)))
+    }
+
+    /// How many messages (new timers, cancels, resets) a reaper took from its inboxes in
+    /// one pass, at `quantile`, counting only passes that took any.
+    pub fn drained_per_pass(&self, quantile: f64) -> u64 {
+        self.drained.value_at_quantile(quantile.clamp(0.0, 1.0))
+    }
+
+    /// Writes the lateness distribution in HdrHistogram's percentile-distribution text
+    /// format (the `.hgrm` files of `HistogramLogProcessor`, wrk2 and the online plotters),
+    /// values in milliseconds.
+    ///
+    /// # Errors
+    ///
+    /// What `out` returns.
+    pub fn write_hgrm(&self, out: &mut impl io::Write) -> io::Result<()> {
+        const NANOS_PER_MS: f64 = 1e6;
+        let histogram = &self.lateness;
+        writeln!(
+            out,
+            "{:>12} {:>14} {:>10} {:>14}\n",
+            "Value", "Percentile", "TotalCount", "1/(1-Percentile)"
+        )?;
+        let mut total = 0;
+        for step in histogram.iter_quantiles(5) {
+            total += step.count_since_last_iteration();
+            let value = step.value_iterated_to() as f64 / NANOS_PER_MS;
+            let quantile = step.quantile_iterated_to();
+            if quantile < 1.0 {
+                let inverse = 1.0 / (1.0 - quantile);
+                writeln!(
+                    out,
+                    "{value:12.3} {quantile:2.12} {total:10} {inverse:14.2}"
+                )?;
+            } else {
+                writeln!(out, "{value:12.3} {quantile:2.12} {total:10}")?;
+            }
+        }
+        let (mean, deviation, max) = (
+            histogram.mean() / NANOS_PER_MS,
+            histogram.stdev() / NANOS_PER_MS,
+            histogram.max() as f64 / NANOS_PER_MS,
+        );
+        writeln!(
+            out,
+            "#[Mean    = {mean:12.3}, StdDeviation   = {deviation:12.3}]"
+        )?;
+        writeln!(
+            out,
+            "#[Max     = {max:12.3}, Total count    = {:12}]",
+            histogram.len()
+        )?;
+        writeln!(
+            out,
+            "#[Buckets = {:12}, SubBuckets     = {:12}]",
+            histogram.buckets(),
+            histogram.distinct_values()
+        )
+    }
+}
+
+impl fmt::Debug for Stats {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Stats")
+            .field("scheduled", &self.scheduled)
+            .field("cancelled", &self.cancelled)
+            .field("reset", &self.reset)
+            .field("fired", &self.fired)
+            .field("panicked", &self.panicked)
+            .field("pending", &self.pending)
+            .field("cascaded", &self.cascaded)
+            .field("passes", &self.passes)
+            .field("lateness_p99", &self.lateness(0.99))
+            .finish()
+    }
+}
+
+impl fmt::Display for Stats {
+    /// Counts on one line, lateness percentiles on the next.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "scheduled {} fired {} cancelled {} reset {} pending {} panicked {} cascaded {} passes {}",
+            self.scheduled,
+            self.fired,
+            self.cancelled,
+            self.reset,
+            self.pending,
+            self.panicked,
+            self.cascaded,
+            self.passes
+        )?;
+        write!(f, "lateness")?;
+        for (name, quantile) in [("p50", 0.5), ("p90", 0.9), ("p99", 0.99), ("p99.9", 0.999)] {
+            write!(f, " {name} {:?}", self.lateness(quantile))?;
+        }
+        write!(f, " max {:?}", self.lateness(1.0))
+    }
+}
