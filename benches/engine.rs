@@ -111,14 +111,25 @@ trait Engine: Sync + Sized {
     fn stop(self) -> Option<usize>;
 }
 
-struct Shardwheel(Timer);
+/// shardwheel's `Timer`; `LATENESS`: whether it records its own lateness histogram
+/// (`Builder::record_lateness`, on by default), so that the cost of doing so shows.
+struct Shardwheel<const LATENESS: bool = true>(Timer);
 
-impl Engine for Shardwheel {
-    const NAME: &'static str = "shardwheel";
+impl<const LATENESS: bool> Engine for Shardwheel<LATENESS> {
+    const NAME: &'static str = if LATENESS {
+        "shardwheel"
+    } else {
+        "shardwheel-no-lateness"
+    };
     type Armed = TimerHandle;
 
     fn start() -> Self {
-        Shardwheel(Timer::builder().build().expect("timer"))
+        Shardwheel(
+            Timer::builder()
+                .record_lateness(LATENESS)
+                .build()
+                .expect("timer"),
+        )
     }
 
     fn enter<R>(&self, producer: impl FnOnce() -> R) -> R {
@@ -329,26 +340,27 @@ fn w3_producer<E: Engine>(engine: &E, thread: usize, probe: &'static Probe) -> W
     round
 }
 
+/// A W3 round of one implementation: its name and how to run it.
+type W3Run = (&'static str, fn(usize, &'static Probe) -> f64);
+
 fn w3() {
+    let runs: [W3Run; 3] = [
+        (Shardwheel::<true>::NAME, w3_round::<Shardwheel<true>>),
+        (Shardwheel::<false>::NAME, w3_round::<Shardwheel<false>>),
+        (TokioSleep::NAME, w3_round::<TokioSleep>),
+    ];
     for threads in [1, 2] {
-        let probes = [Probe::leak(), Probe::leak()];
-        let mut ours = Vec::new();
-        let mut theirs = Vec::new();
+        let probes = runs.map(|_| Probe::leak());
+        let mut rates: [Vec<f64>; 3] = Default::default();
         for round in 0..W3_ROUNDS {
-            // Alternate who goes first, so neither always inherits the other's mess.
-            if round % 2 == 0 {
-                ours.push(w3_round::<Shardwheel>(threads, probes[0]));
-                theirs.push(w3_round::<TokioSleep>(threads, probes[1]));
-            } else {
-                theirs.push(w3_round::<TokioSleep>(threads, probes[1]));
-                ours.push(w3_round::<Shardwheel>(threads, probes[0]));
+            // Take turns, each starting a round in turn, so that none always inherits
+            // another's mess.
+            for turn in 0..runs.len() {
+                let at = (round + turn) % runs.len();
+                rates[at].push((runs[at].1)(threads, probes[at]));
             }
         }
-        let ratios: Vec<f64> = ours.iter().zip(&theirs).map(|(a, b)| a / b).collect();
-        for (name, rates, probe) in [
-            (Shardwheel::NAME, &ours, probes[0]),
-            (TokioSleep::NAME, &theirs, probes[1]),
-        ] {
+        for ((name, _), (rates, probe)) in runs.iter().zip(rates.iter().zip(probes)) {
             let lateness = probe.sorted_lateness();
             println!(
                 "RESULT W3 T={threads} {name} ops_per_s={:.0} {} fired={} early={}",
@@ -361,9 +373,11 @@ fn w3() {
                 probe.early.load(Relaxed),
             );
         }
+        let paired = |a: &[f64], b: &[f64]| median(a.iter().zip(b).map(|(a, b)| a / b).collect());
         println!(
-            "RESULT W3 T={threads} shardwheel vs_tokio-sleep={:.2}",
-            median(ratios)
+            "RESULT W3 T={threads} shardwheel vs_tokio-sleep={:.2} lateness_recording_cost_pct={:.1}",
+            paired(&rates[0], &rates[2]),
+            100.0 * (1.0 - paired(&rates[0], &rates[1])),
         );
     }
 }
@@ -451,7 +465,7 @@ fn main() {
     let runs = |workload: &str| only.is_empty() || only.split(',').any(|w| w.trim() == workload);
     println!("# load average at start: {}", load_average());
     if runs("W2") {
-        let ours = w2::<Shardwheel>();
+        let ours = w2::<Shardwheel<true>>();
         let theirs = w2::<TokioSleep>();
         println!(
             "RESULT W2 shardwheel schedule_vs_tokio-sleep={:.2}",
@@ -462,11 +476,11 @@ fn main() {
         w3();
     }
     if runs("W5") {
-        w5::<Shardwheel>();
+        w5::<Shardwheel<true>>();
         w5::<TokioSleep>();
     }
     if runs("W6") {
-        w6::<Shardwheel>();
+        w6::<Shardwheel<true>>();
         w6::<TokioSleep>();
     }
     println!("# load average at end: {}", load_average());

@@ -61,6 +61,8 @@ pub struct Shard<T> {
     max_pending: usize,
     /// The wheel's tick: deadlines are nanoseconds since the start, the wheel counts ticks.
     tick_nanos: u64,
+    /// Whether fired timers' lateness goes into the stats.
+    record_lateness: bool,
     stopping: AtomicBool,
     panicked: AtomicU64,
     /// The reaper's counts; see `stats`. (A std lock: it is not part of any protocol the
@@ -78,8 +80,8 @@ struct ProducerCounts {
 
 impl<T> Shard<T> {
     /// A shard holding at most `max_pending` timers, its wheel in ticks of `tick_nanos`
-    /// nanoseconds (at least 1).
-    pub fn new(max_pending: usize, tick_nanos: u64) -> Self {
+    /// nanoseconds (at least 1), recording lateness if `record_lateness`.
+    pub fn new(max_pending: usize, tick_nanos: u64, record_lateness: bool) -> Self {
         Shard {
             slots: Slots::new(),
             inbox: CachePadded::new(Inbox::new()),
@@ -92,6 +94,7 @@ impl<T> Shard<T> {
             stats: Mutex::new(ShardStats::new()),
             max_pending,
             tick_nanos: tick_nanos.max(1),
+            record_lateness,
             stopping: AtomicBool::new(false),
             panicked: AtomicU64::new(0),
         }
@@ -352,7 +355,9 @@ impl<T> Shard<T> {
             let deadline = slot.deadline.load(Ordering::Relaxed);
             match self.claim(index, slot, slots::word(generation, PENDING), freed) {
                 Ok(payload) => {
-                    let late = elapsed().saturating_sub(deadline);
+                    let late = self
+                        .record_lateness
+                        .then(|| elapsed().saturating_sub(deadline));
                     self.reaper_stats().fired(late);
                     self.contain(|| handler(payload));
                 }
@@ -565,7 +570,7 @@ mod tests {
     #[test]
     fn payloads_cross_threads_once_each() {
         const PER_PRODUCER: u64 = if cfg!(miri) { 40 } else { 20_000 };
-        let shard: Arc<Shard<Box<u64>>> = Arc::new(Shard::new(usize::MAX, 1));
+        let shard: Arc<Shard<Box<u64>>> = Arc::new(Shard::new(usize::MAX, 1, true));
         let stop = Arc::new(AtomicBool::new(false));
         let fired = Arc::new(AtomicUsize::new(0));
         let reaper = {

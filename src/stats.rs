@@ -56,10 +56,12 @@ impl ShardStats {
         }
     }
 
-    /// A timer fired `lateness_nanos` after its deadline.
-    pub(crate) fn fired(&mut self, lateness_nanos: u64) {
+    /// A timer fired, `lateness_nanos` after its deadline if that was measured.
+    pub(crate) fn fired(&mut self, lateness_nanos: Option<u64>) {
         self.fired += 1;
-        self.lateness.saturating_record(lateness_nanos.max(1));
+        if let Some(late) = lateness_nanos {
+            self.lateness.saturating_record(late.max(1));
+        }
     }
 
     /// A pass took `arrivals` new timers and `changes` cancels and resets.
@@ -149,7 +151,8 @@ impl Stats {
 
     /// How late timers fired, at `quantile` (0.0 to 1.0; 0.99 is p99, 1.0 the maximum):
     /// the time from a timer's deadline to the start of its callback, to within 1 %. Zero
-    /// when nothing has fired.
+    /// when nothing has fired, or with [`record_lateness`](crate::Builder::record_lateness)
+    /// off.
     pub fn lateness(&self, quantile: f64) -> Duration {
         Duration::from_nanos(self.lateness.value_at_quantile(quantile.clamp(0.0, 1.0)))
     }

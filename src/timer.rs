@@ -42,6 +42,7 @@ pub struct Builder {
     pin_threads: bool,
     max_pending: usize,
     manual: bool,
+    record_lateness: bool,
 }
 
 impl Default for Builder {
@@ -52,6 +53,7 @@ impl Default for Builder {
             pin_threads: true,
             max_pending: usize::MAX,
             manual: false,
+            record_lateness: true,
         }
     }
 }
@@ -82,6 +84,14 @@ impl Builder {
     /// can index 2^31 timers).
     pub fn max_pending(mut self, max_pending: usize) -> Self {
         self.max_pending = max_pending;
+        self
+    }
+
+    /// Record each fired timer's lateness in [`Timer::stats`]' histogram: a clock read
+    /// and an uncontended lock per fired timer, on the reaper. The counts are kept either
+    /// way. Default: true.
+    pub fn record_lateness(mut self, record: bool) -> Self {
+        self.record_lateness = record;
         self
     }
 
@@ -166,7 +176,7 @@ impl Builder {
         let per_shard = self.max_pending.div_ceil(self.shards);
         let clock = Clock::new(self.tick);
         let shards: Arc<[Shard<T>]> = (0..self.shards)
-            .map(|_| Shard::new(per_shard, clock.tick_nanos()))
+            .map(|_| Shard::new(per_shard, clock.tick_nanos(), self.record_lateness))
             .collect();
         let id = NEXT_TIMER_ID.fetch_add(1, Ordering::Relaxed);
         if self.manual {

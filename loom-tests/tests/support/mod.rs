@@ -32,7 +32,7 @@ impl Harness {
     pub fn new() -> Self {
         Harness {
             // A tick of one nanosecond: deadlines and ticks are the same numbers.
-            shard: Arc::new(Shard::new(usize::MAX, 1)),
+            shard: Arc::new(Shard::new(usize::MAX, 1, true)),
             drops: Arc::new(AtomicUsize::new(0)),
             fired: Arc::new(AtomicUsize::new(0)),
             fired_values: Arc::new(AtomicUsize::new(0)),
