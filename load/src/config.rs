@@ -1,0 +1,270 @@
+//! The command line: flags, scenarios and the run they describe.
+
+use clap::{Parser, ValueEnum};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Millions of timers through shardwheel's engine, then what it did: throughput, memory,
+/// how late timers fired, CPU.
+#[derive(Parser, Debug)]
+#[command(name = "shardwheel-load", version)]
+pub struct Args {
+    /// The workload; the other flags override its settings.
+    #[arg(long, value_enum, default_value_t = Scenario::Mixed)]
+    pub scenario: Scenario,
+    /// Timers to schedule, over all producers.
+    #[arg(long)]
+    pub timers: Option<u64>,
+    /// Producer threads [default: the number of cores].
+    #[arg(long)]
+    pub producers: Option<usize>,
+    /// Delays: `uniform:MIN..MAX`, `exp:MEAN` or `fixed:DELAY`, e.g. `uniform:1ms..1s`.
+    #[arg(long, value_parser = parse_delays)]
+    pub delay: Option<Delays>,
+    /// Share of timers cancelled shortly after they are scheduled, 0 to 1.
+    #[arg(long)]
+    pub cancel: Option<f64>,
+    /// Timers scheduled per second per producer (default: as fast as it goes).
+    #[arg(long)]
+    pub rate: Option<u64>,
+    /// After scheduling, measure the CPU used over this much idle time, then stop without
+    /// waiting for the timers (W5), e.g. `5s`.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub idle: Option<Duration>,
+    /// The wheel's tick, e.g. `1ms` or `100us`.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub tick: Option<Duration>,
+    /// Shards (reaper threads) [default: the number of cores].
+    #[arg(long)]
+    pub shards: Option<usize>,
+    /// Print the results as one JSON object instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Write the lateness distribution here, in HdrHistogram's `.hgrm` text format.
+    #[arg(long, value_name = "FILE")]
+    pub hgrm: Option<PathBuf>,
+    /// Draw the lateness distribution here, as an SVG.
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot: Option<PathBuf>,
+}
+
+/// The workloads of shared/WORKLOADS.md that exercise the engine, and a mixed default.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Scenario {
+    /// 10M timers from every core, delays 1 ms to 1 s, 90 % cancelled, the rest fire.
+    Mixed,
+    /// W2: one thread schedules 1M timers due within a second; all fire.
+    W2,
+    /// W3: request timeouts from every core, 100 ms to 10 s, 90 % cancelled.
+    W3,
+    /// W5: 1M timers due in 10 to 20 minutes, then 5 idle seconds: the CPU they cost.
+    W5,
+    /// W6: 1,000 timers a second for 5 s, due in 1 to 100 ms: precision under light load.
+    W6,
+}
+
+/// How delays are drawn.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Delays {
+    Uniform(Duration, Duration),
+    Exponential(Duration),
+    Fixed(Duration),
+}
+
+impl std::fmt::Display for Delays {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Delays::Uniform(min, max) => write!(f, "uniform {min:?}..{max:?}"),
+            Delays::Exponential(mean) => write!(f, "exponential, mean {mean:?}"),
+            Delays::Fixed(delay) => write!(f, "fixed {delay:?}"),
+        }
+    }
+}
+
+fn parse_delays(text: &str) -> Result<Delays, String> {
+    let duration = |s: &str| {
+        humantime::parse_duration(s.trim()).map_err(|e| format!("{s:?} is not a duration: {e}"))
+    };
+    let (kind, rest) = text.split_once(':').ok_or_else(|| {
+        format!("expected uniform:MIN..MAX, exp:MEAN or fixed:DELAY, got {text:?}")
+    })?;
+    match kind {
+        "uniform" => {
+            let (min, max) = rest
+                .split_once("..")
+                .ok_or_else(|| format!("expected uniform:MIN..MAX, got {text:?}"))?;
+            let (min, max) = (duration(min)?, duration(max)?);
+            if min > max {
+                return Err(format!(
+                    "the minimum delay {min:?} exceeds the maximum {max:?}"
+                ));
+            }
+            Ok(Delays::Uniform(min, max))
+        }
+        "exp" => Ok(Delays::Exponential(duration(rest)?)),
+        "fixed" => Ok(Delays::Fixed(duration(rest)?)),
+        _ => Err(format!(
+            "unknown delay distribution {kind:?}: uniform, exp or fixed"
+        )),
+    }
+}
+
+/// A run, all settings resolved.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    pub scenario: Scenario,
+    pub timers: u64,
+    pub producers: usize,
+    pub delays: Delays,
+    pub cancel: f64,
+    pub rate: Option<u64>,
+    pub idle: Option<Duration>,
+    pub tick: Duration,
+    pub shards: usize,
+}
+
+impl Config {
+    /// The scenario's settings, overridden by the flags given.
+    ///
+    /// # Errors
+    ///
+    /// A message for a setting out of range.
+    pub fn from_args(args: &Args) -> Result<Config, String> {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let ms = Duration::from_millis;
+        let mut config = match args.scenario {
+            Scenario::Mixed => {
+                Config::preset(10_000_000, cores, Delays::Uniform(ms(1), ms(1_000)), 0.9)
+            }
+            Scenario::W2 => Config::preset(1_000_000, 1, Delays::Uniform(ms(0), ms(1_000)), 0.0),
+            Scenario::W3 => {
+                Config::preset(10_000_000, cores, Delays::Uniform(ms(100), ms(10_000)), 0.9)
+            }
+            Scenario::W5 => Config {
+                idle: Some(Duration::from_secs(5)),
+                ..Config::preset(
+                    1_000_000,
+                    1,
+                    Delays::Uniform(ms(601_000), ms(1_200_000)),
+                    0.0,
+                )
+            },
+            Scenario::W6 => Config {
+                rate: Some(1_000),
+                ..Config::preset(5_000, 1, Delays::Uniform(ms(1), ms(100)), 0.0)
+            },
+        };
+        config.scenario = args.scenario;
+        config.shards = cores;
+        if let Some(timers) = args.timers {
+            config.timers = timers;
+        }
+        if let Some(producers) = args.producers {
+            config.producers = producers;
+        }
+        if let Some(delays) = args.delay {
+            config.delays = delays;
+        }
+        if let Some(cancel) = args.cancel {
+            config.cancel = cancel;
+        }
+        config.rate = args.rate.or(config.rate);
+        config.idle = args.idle.or(config.idle);
+        config.tick = args.tick.unwrap_or(config.tick);
+        config.shards = args.shards.unwrap_or(config.shards);
+        config.check()?;
+        Ok(config)
+    }
+
+    fn preset(timers: u64, producers: usize, delays: Delays, cancel: f64) -> Config {
+        Config {
+            scenario: Scenario::Mixed,
+            timers,
+            producers,
+            delays,
+            cancel,
+            rate: None,
+            idle: None,
+            tick: Duration::from_millis(1),
+            shards: 1,
+        }
+    }
+
+    fn check(&self) -> Result<(), String> {
+        if self.timers == 0 {
+            return Err("--timers must be at least 1".into());
+        }
+        if self.producers == 0 {
+            return Err("--producers must be at least 1".into());
+        }
+        if self.shards == 0 {
+            return Err("--shards must be at least 1".into());
+        }
+        if !(0.0..=1.0).contains(&self.cancel) {
+            return Err(format!(
+                "--cancel is a share between 0 and 1, not {}",
+                self.cancel
+            ));
+        }
+        if self.rate == Some(0) {
+            return Err("--rate must be at least 1 timer a second".into());
+        }
+        if self.tick.is_zero() {
+            return Err("--tick must be longer than zero".into());
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(flags: &[&str]) -> Result<Config, String> {
+        let args =
+            Args::try_parse_from(std::iter::once("shardwheel-load").chain(flags.iter().copied()))
+                .map_err(|e| e.to_string())?;
+        Config::from_args(&args)
+    }
+
+    #[test]
+    fn flags_override_the_scenario() {
+        let config = parse(&["--scenario", "w3", "--timers", "1000", "--cancel", "0.5"]).unwrap();
+        assert_eq!(config.scenario, Scenario::W3);
+        assert_eq!((config.timers, config.cancel), (1000, 0.5));
+        assert_eq!(
+            config.delays,
+            Delays::Uniform(Duration::from_millis(100), Duration::from_secs(10))
+        );
+        let config = parse(&["--delay", "exp:250ms", "--tick", "100us", "--shards", "3"]).unwrap();
+        assert_eq!(config.scenario, Scenario::Mixed);
+        assert_eq!(
+            config.delays,
+            Delays::Exponential(Duration::from_millis(250))
+        );
+        assert_eq!(
+            (config.tick, config.shards),
+            (Duration::from_micros(100), 3)
+        );
+        let w5 = parse(&["--scenario", "w5"]).unwrap();
+        assert_eq!(w5.idle, Some(Duration::from_secs(5)));
+    }
+
+    #[test]
+    fn bad_flags_are_errors_with_a_reason() {
+        for (flags, reason) in [
+            (&["--cancel", "1.5"][..], "between 0 and 1"),
+            (&["--timers", "0"], "at least 1"),
+            (&["--producers", "0"], "at least 1"),
+            (&["--delay", "uniform:1s..1ms"], "exceeds the maximum"),
+            (&["--delay", "normal:1s"], "unknown delay distribution"),
+            (&["--delay", "fixed:soon"], "not a duration"),
+            (&["--tick", "0s"], "longer than zero"),
+            (&["--scenario", "w1"], "invalid value"),
+            (&["--timers", "-3"], "unexpected argument"),
+        ] {
+            let error = parse(flags).expect_err(&format!("{flags:?} accepted"));
+            assert!(error.contains(reason), "{flags:?}: {error}");
+        }
+    }
+}

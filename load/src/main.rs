@@ -1,0 +1,52 @@
+//! `shardwheel-load`: millions of timers through shardwheel's engine, then a table of what
+//! it did (throughput, memory, lateness percentiles, CPU), or JSON, an `.hgrm` file and an
+//! SVG plot of the lateness distribution. `shardwheel-load --help` lists the flags.
+
+mod config;
+mod report;
+mod run;
+
+use clap::Parser;
+use mimalloc::MiMalloc;
+use std::io::IsTerminal;
+use std::process::ExitCode;
+
+#[global_allocator]
+static GLOBAL: MiMalloc = MiMalloc;
+
+fn main() -> ExitCode {
+    // clap prints its own errors and exits with code 2 for bad flags.
+    let args = config::Args::parse();
+    let config = match config::Config::from_args(&args) {
+        Ok(config) => config,
+        Err(message) => {
+            eprintln!("shardwheel-load: {message}");
+            return ExitCode::from(2);
+        }
+    };
+    let progress = !args.json && std::io::stderr().is_terminal();
+    let report = run::run(&config, progress);
+    if args.json {
+        println!("{}", report::json(&report));
+    } else {
+        print!("{}", report::table(&report));
+    }
+    let mut failed = false;
+    if let Some(path) = &args.hgrm
+        && let Err(error) = report::write_hgrm(&report, path)
+    {
+        eprintln!("shardwheel-load: cannot write {}: {error}", path.display());
+        failed = true;
+    }
+    if let Some(path) = &args.plot
+        && let Err(error) = report::plot(&report, path)
+    {
+        eprintln!("shardwheel-load: {error}");
+        failed = true;
+    }
+    if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}
