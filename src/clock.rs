@@ -20,6 +20,11 @@ pub(crate) fn tick_of(deadline: u64, tick_nanos: u64) -> u64 {
     deadline.div_ceil(tick_nanos)
 }
 
+/// The current tick once `elapsed` nanoseconds have passed (rounded down).
+pub(crate) fn tick_at(elapsed: u64, tick_nanos: u64) -> u64 {
+    elapsed / tick_nanos
+}
+
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Clock {
     start: Instant,
@@ -51,7 +56,7 @@ impl Clock {
 
     /// The current tick once `elapsed` nanoseconds have passed (rounded down).
     pub(crate) fn tick_at(&self, elapsed: u64) -> u64 {
-        elapsed / self.tick_nanos
+        tick_at(elapsed, self.tick_nanos)
     }
 
     /// The deadline of `instant`; instants before the start are due at once.

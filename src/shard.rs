@@ -37,6 +37,9 @@ use std::time::Duration;
 /// `run`): their memory comes back within about this long.
 const TIDY_INTERVAL: Duration = Duration::from_millis(10);
 
+/// Messages (arrivals, changes) a pass takes in between two looks at what is due.
+const BATCH: u64 = 4096;
+
 /// Why a schedule was refused; the payload is handed back.
 #[derive(Debug)]
 pub enum Refused<T> {
@@ -319,14 +322,21 @@ impl<T> Shard<T> {
     ) -> bool {
         self.wakeup.awake();
         let mut freed = Freed::new();
-        // What is due already fires first: a large batch of arrivals must not delay it.
+        // What is due already fires first, and again after every batch of messages: a
+        // long backlog (the reaper fell behind) must not hold up timers already in the
+        // wheel, and the time moves on meanwhile.
         self.fire_due(wheel, now, elapsed, handler, &mut freed);
+        let mut now = now;
+        let mut catch_up = |wheel: &mut Wheel<u32>, freed: &mut Freed| {
+            now = now.max(clock::tick_at(elapsed(), self.tick_nanos));
+            self.fire_due(wheel, now, elapsed, handler, freed);
+        };
         // Changes first, then arrivals: see the module doc.
         let changes = self.changes.take_all();
         let arrivals = self.inbox.take_all();
-        let arrived = self.arrive(wheel, arrivals);
-        let (changed, cancelled) = self.apply_changes(wheel, changes, &mut freed);
-        self.fire_due(wheel, now, elapsed, handler, &mut freed);
+        let arrived = self.arrive(wheel, arrivals, &mut freed, &mut catch_up);
+        let (changed, cancelled) = self.apply_changes(wheel, changes, &mut freed, &mut catch_up);
+        catch_up(wheel, &mut freed);
         self.slots.recycle(&mut freed);
         let mut stats = self.reaper_stats();
         stats.pass(arrived, changed);
@@ -381,12 +391,21 @@ impl<T> Shard<T> {
         self.inbox.is_empty() && self.changes.is_empty() && !self.stopping.load(Ordering::Relaxed)
     }
 
-    /// Links newly arrived timers into the wheel, except those cancelled on the way;
-    /// returns how many arrived.
-    fn arrive(&self, wheel: &mut Wheel<u32>, mut at: u32) -> u64 {
+    /// Links newly arrived timers into the wheel, except those cancelled on the way, with
+    /// `between` after every `BATCH` of them; returns how many arrived.
+    fn arrive(
+        &self,
+        wheel: &mut Wheel<u32>,
+        mut at: u32,
+        freed: &mut Freed,
+        between: &mut dyn FnMut(&mut Wheel<u32>, &mut Freed),
+    ) -> u64 {
         let mut arrived = 0;
         while at != NIL {
             arrived += 1;
+            if arrived % BATCH == 0 {
+                between(wheel, freed);
+            }
             let slot = self.slot(at);
             let next = slot.link.load(Ordering::Relaxed);
             // Acquire: pairs with the canceller's Release (the inbox swap already made the
@@ -424,12 +443,21 @@ impl<T> Shard<T> {
         );
     }
 
-    /// Applies the cancels and resets on the changes list; returns how many changes it
-    /// took, and how many were cancels.
-    fn apply_changes(&self, wheel: &mut Wheel<u32>, mut at: u32, freed: &mut Freed) -> (u64, u64) {
+    /// Applies the cancels and resets on the changes list, with `between` after every
+    /// `BATCH` of them; returns how many changes it took, and how many were cancels.
+    fn apply_changes(
+        &self,
+        wheel: &mut Wheel<u32>,
+        mut at: u32,
+        freed: &mut Freed,
+        between: &mut dyn FnMut(&mut Wheel<u32>, &mut Freed),
+    ) -> (u64, u64) {
         let (mut changed, mut cancelled) = (0, 0);
         while at != NIL {
             changed += 1;
+            if changed % BATCH == 0 {
+                between(wheel, freed);
+            }
             let slot = self.slot(at);
             let next = slot.change_link.load(Ordering::Relaxed);
             // AcqRel: Acquire sees what the canceller or resetter published; Release orders
@@ -518,9 +546,9 @@ impl<T> Shard<T> {
     pub fn wind_up(&self, wheel: &mut Wheel<u32>) -> Vec<T> {
         let changes = self.changes.close();
         let arrivals = self.inbox.close();
-        self.arrive(wheel, arrivals);
         let mut freed = Freed::new();
-        self.apply_changes(wheel, changes, &mut freed);
+        self.arrive(wheel, arrivals, &mut freed, &mut |_, _| {});
+        self.apply_changes(wheel, changes, &mut freed, &mut |_, _| {});
         let mut unfired = Vec::new();
         for expired in wheel.drain_expired(u64::MAX) {
             let slot = self.slot(expired.value);
