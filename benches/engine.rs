@@ -466,6 +466,7 @@ fn main() {
     println!("# load average at start: {}", load_average());
     if runs("W2") {
         let ours = w2::<Shardwheel<true>>();
+        w2::<Shardwheel<false>>();
         let theirs = w2::<TokioSleep>();
         println!(
             "RESULT W2 shardwheel schedule_vs_tokio-sleep={:.2}",
