@@ -547,8 +547,14 @@ impl<T> Shard<T> {
         let changes = self.changes.close();
         let arrivals = self.inbox.close();
         let mut freed = Freed::new();
-        self.arrive(wheel, arrivals, &mut freed, &mut |_, _| {});
-        self.apply_changes(wheel, changes, &mut freed, &mut |_, _| {});
+        let arrived = self.arrive(wheel, arrivals, &mut freed, &mut |_, _| {});
+        let (_, cancelled) = self.apply_changes(wheel, changes, &mut freed, &mut |_, _| {});
+        {
+            // Counted as a pass would, so that the counts add up after shutdown too.
+            let mut stats = self.reaper_stats();
+            stats.scheduled += arrived;
+            stats.cancelled += cancelled;
+        }
         let mut unfired = Vec::new();
         for expired in wheel.drain_expired(u64::MAX) {
             let slot = self.slot(expired.value);

@@ -53,10 +53,16 @@ pub struct Args {
 pub enum Scenario {
     /// 10M timers from every core, delays 1 ms to 1 s, 90 % cancelled, the rest fire.
     Mixed,
+    /// W1: churn, one thread: 2M schedules, each cancelled shortly after (about 1,000
+    /// pending at a time), delays 1 ms to 60 s; nothing fires.
+    W1,
     /// W2: one thread schedules 1M timers due within a second; all fire.
     W2,
     /// W3: request timeouts from every core, 100 ms to 10 s, 90 % cancelled.
     W3,
+    /// W4: memory: 10M timers pending, due in 1 s to 600 s, then 1 idle second; stops
+    /// without waiting for them.
+    W4,
     /// W5: 1M timers due in 10 to 20 minutes, then 5 idle seconds: the CPU they cost.
     W5,
     /// W6: 1,000 timers a second for 5 s, due in 1 to 100 ms: precision under light load.
@@ -136,10 +142,15 @@ impl Config {
             Scenario::Mixed => {
                 Config::preset(10_000_000, cores, Delays::Uniform(ms(1), ms(1_000)), 0.9)
             }
+            Scenario::W1 => Config::preset(2_000_000, 1, Delays::Uniform(ms(1), ms(60_000)), 1.0),
             Scenario::W2 => Config::preset(1_000_000, 1, Delays::Uniform(ms(0), ms(1_000)), 0.0),
             Scenario::W3 => {
                 Config::preset(10_000_000, cores, Delays::Uniform(ms(100), ms(10_000)), 0.9)
             }
+            Scenario::W4 => Config {
+                idle: Some(Duration::from_secs(1)),
+                ..Config::preset(10_000_000, 1, Delays::Uniform(ms(1_000), ms(600_000)), 0.0)
+            },
             Scenario::W5 => Config {
                 idle: Some(Duration::from_secs(5)),
                 ..Config::preset(
@@ -248,6 +259,8 @@ mod tests {
         );
         let w5 = parse(&["--scenario", "w5"]).unwrap();
         assert_eq!(w5.idle, Some(Duration::from_secs(5)));
+        let w1 = parse(&["--scenario", "w1"]).unwrap();
+        assert_eq!((w1.producers, w1.cancel), (1, 1.0));
     }
 
     #[test]
@@ -260,7 +273,7 @@ mod tests {
             (&["--delay", "normal:1s"], "unknown delay distribution"),
             (&["--delay", "fixed:soon"], "not a duration"),
             (&["--tick", "0s"], "longer than zero"),
-            (&["--scenario", "w1"], "invalid value"),
+            (&["--scenario", "w7"], "invalid value"),
             (&["--timers", "-3"], "unexpected argument"),
         ] {
             let error = parse(flags).expect_err(&format!("{flags:?} accepted"));

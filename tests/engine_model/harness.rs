@@ -256,6 +256,20 @@ impl Harness {
             self.fired.lock().unwrap().is_empty(),
             "a timer fired without an advance"
         );
+        // The shutdown took in what no advance had: the counts still add up.
+        let stats = self.timer.stats();
+        let counted = (stats.scheduled, stats.fired, stats.cancelled, stats.reset);
+        let expected = (
+            self.scheduled,
+            self.fired_count,
+            self.cancelled,
+            self.resets,
+        );
+        ensure!(
+            counted == expected && stats.pending == 0,
+            "after shutdown: stats {counted:?} pending {}, model {expected:?}",
+            stats.pending
+        );
         let late = self.timer.insert(Duration::ZERO, u64::MAX);
         ensure!(
             matches!(late, Err(ScheduleError::Shutdown(u64::MAX))),
