@@ -10,12 +10,26 @@
 //!
 //! Closing swaps in a sentinel that no push gets past, so that at shutdown every timer is
 //! either in the list the reaper took last or was refused to its producer: none is lost.
+//!
+//! The head word also counts the messages waiting (high half; the newest's index in the
+//! low half), for free in the same CAS: a producer learns when a backlog has built up
+//! that a sleeping reaper should take now rather than at its planned wake-up.
 
 use crate::slab::NIL;
-use crate::sync::{AtomicU32, Ordering};
+use crate::sync::{AtomicU32, AtomicU64, Ordering};
 
 /// The head of a closed list. Slot indices stay below `slots::MAX_SLOTS`, so this is free.
 const CLOSED: u32 = u32::MAX - 1;
+
+/// The head word of a list holding `count` messages, the newest `index`.
+const fn head_word(count: u32, index: u32) -> u64 {
+    ((count as u64) << 32) | index as u64
+}
+
+/// The newest index of a head word.
+const fn newest(word: u64) -> u32 {
+    word as u32
+}
 
 /// The list was closed: the reaper is gone.
 #[derive(Debug, PartialEq, Eq)]
@@ -23,33 +37,37 @@ pub(crate) struct Closed;
 
 #[derive(Debug)]
 pub(crate) struct Inbox {
-    head: AtomicU32,
+    head: AtomicU64,
 }
 
 impl Inbox {
     pub(crate) fn new() -> Self {
         Inbox {
-            head: AtomicU32::new(NIL),
+            head: AtomicU64::new(head_word(0, NIL)),
         }
     }
 
-    /// Pushes slot `index`, whose link field is `link`. Returns whether the list was empty
-    /// (the reaper may want waking), or `Closed`.
-    pub(crate) fn push(&self, index: u32, link: &AtomicU32) -> Result<bool, Closed> {
+    /// Pushes slot `index`, whose link field is `link`. Returns how many messages were
+    /// waiting before it (0: the list was empty, and the reaper may want waking), or
+    /// `Closed`.
+    pub(crate) fn push(&self, index: u32, link: &AtomicU32) -> Result<u32, Closed> {
         let mut head = self.head.load(Ordering::Relaxed);
         loop {
-            if head == CLOSED {
+            if newest(head) == CLOSED {
                 return Err(Closed);
             }
-            link.store(head, Ordering::Relaxed);
+            link.store(newest(head), Ordering::Relaxed);
+            let waiting = (head >> 32) as u32;
             // Release: publishes the slot (its payload, deadline, link) to the reaper's
             // Acquire swap. Relaxed on failure: the new head is only re-read. (The park
             // handshake orders this push with a fence of its own: see `wakeup`.)
-            match self
-                .head
-                .compare_exchange_weak(head, index, Ordering::Release, Ordering::Relaxed)
-            {
-                Ok(_) => return Ok(head == NIL),
+            match self.head.compare_exchange_weak(
+                head,
+                head_word(waiting.wrapping_add(1), index),
+                Ordering::Release,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return Ok(waiting),
                 Err(current) => head = current,
             }
         }
@@ -59,7 +77,7 @@ impl Inbox {
     /// Only the consumer calls it, and never after `close`.
     pub(crate) fn take_all(&self) -> u32 {
         // Acquire: pairs with the pushes' Release (see `push`).
-        let head = self.head.swap(NIL, Ordering::Acquire);
+        let head = newest(self.head.swap(head_word(0, NIL), Ordering::Acquire));
         debug_assert_ne!(head, CLOSED, "take_all after close");
         head
     }
@@ -68,13 +86,13 @@ impl Inbox {
     pub(crate) fn is_empty(&self) -> bool {
         // Relaxed: only a hint; in the park handshake a SeqCst fence orders it (see
         // `wakeup`), and the messages themselves are read after `take_all`'s Acquire.
-        matches!(self.head.load(Ordering::Relaxed), NIL | CLOSED)
+        matches!(newest(self.head.load(Ordering::Relaxed)), NIL | CLOSED)
     }
 
     /// Refuses every later push and returns what was pushed before, as `take_all` does.
     pub(crate) fn close(&self) -> u32 {
         // Acquire: see everything the last pushes published.
-        match self.head.swap(CLOSED, Ordering::Acquire) {
+        match newest(self.head.swap(head_word(0, CLOSED), Ordering::Acquire)) {
             CLOSED => NIL,
             head => head,
         }
@@ -90,8 +108,8 @@ mod tests {
         let links: Vec<AtomicU32> = (0..3).map(|_| AtomicU32::new(0)).collect();
         let inbox = Inbox::new();
         assert!(inbox.is_empty());
-        assert_eq!(inbox.push(0, &links[0]), Ok(true));
-        assert_eq!(inbox.push(2, &links[2]), Ok(false));
+        assert_eq!(inbox.push(0, &links[0]), Ok(0));
+        assert_eq!(inbox.push(2, &links[2]), Ok(1));
         assert!(!inbox.is_empty());
         let mut order = Vec::new();
         let mut at = inbox.take_all();
@@ -101,6 +119,7 @@ mod tests {
         }
         assert_eq!(order, [2, 0]);
         assert_eq!(inbox.take_all(), NIL);
+        assert_eq!(inbox.push(1, &links[1]), Ok(0), "the count starts again");
     }
 
     #[test]

@@ -40,6 +40,11 @@ const TIDY_INTERVAL: Duration = Duration::from_millis(10);
 /// Messages (arrivals, changes) a pass takes in between two looks at what is due.
 const BATCH: u64 = 4096;
 
+/// Messages waiting in an inbox at which a producer wakes a sleeping reaper, whatever its
+/// plan: the reaper takes a backlog in batches as it builds up instead of in one long
+/// pass at its next deadline, late for everything due meanwhile.
+const BACKLOG: u32 = 4096;
+
 /// Why a schedule was refused; the payload is handed back.
 #[derive(Debug)]
 pub enum Refused<T> {
@@ -153,7 +158,8 @@ impl<T> Shard<T> {
         slot.deadline.store(deadline, Ordering::Relaxed);
         slot.state
             .store(slots::word(generation, PENDING), Ordering::Relaxed);
-        if let Err(Closed) = self.inbox.push(index, &slot.link) {
+        let waiting = self.inbox.push(index, &slot.link);
+        if let Err(Closed) = waiting {
             // The reaper is gone: the slot was never published, so it is still ours.
             // SAFETY: written above and not published, so initialised and read once here.
             let payload = unsafe { slot.take_payload() };
@@ -164,6 +170,9 @@ impl<T> Shard<T> {
             return Err(Refused::Closed(payload));
         }
         self.wakeup.notify(deadline);
+        if waiting == Ok(BACKLOG) {
+            self.wakeup.notify_backlog();
+        }
         Ok((index, generation))
     }
 
@@ -199,8 +208,10 @@ impl<T> Shard<T> {
         self.counts.pending.fetch_sub(1, Ordering::Relaxed);
         if current & (RESETTING | QUEUED) == 0 {
             // A closed list means the reaper is gone; the slots' drop frees the payload.
-            if let Ok(true) = self.changes.push(index, &slot.change_link) {
-                self.wakeup.notify_sleeping();
+            match self.changes.push(index, &slot.change_link) {
+                Ok(0) => self.wakeup.notify_sleeping(),
+                Ok(BACKLOG) => self.wakeup.notify_backlog(),
+                _ => {}
             }
         }
         true

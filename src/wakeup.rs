@@ -84,6 +84,15 @@ impl Wakeup {
         }
     }
 
+    /// A backlog has built up in an inbox: wakes the reaper if it sleeps at all. A hint
+    /// for throughput, not part of the handshake: a reaper about to sleep sees the
+    /// backlog in its last look anyway.
+    pub(crate) fn notify_backlog(&self) {
+        if self.plan.load(Ordering::Relaxed) != AWAKE {
+            self.wake();
+        }
+    }
+
     /// Unparks the reaper (if it has registered; before that it has not slept either).
     pub(crate) fn wake(&self) {
         if let Some(reaper) = self.reaper.get() {
