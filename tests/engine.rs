@@ -461,3 +461,56 @@ fn schedules_resets_and_cancels_from_two_threads_keep_every_timer_exactly_once()
         }
     }
 }
+
+#[test]
+fn timers_cancelled_long_before_their_deadline_are_always_still_pending() {
+    // Request timeouts from two threads for a second and a half: nine in ten are cancelled
+    // a random thousand operations after they were scheduled, long before their deadline,
+    // and the rest fire meanwhile. Every cancel must find its timer, and nothing may fire
+    // early, whatever backlog the reapers work through meanwhile.
+    let early = Arc::new(AtomicUsize::new(0));
+    let fired = Arc::new(AtomicUsize::new(0));
+    let (seen_early, seen_fired) = (Arc::clone(&early), Arc::clone(&fired));
+    let timer = Timer::builder()
+        .shards(2)
+        .build_with(move |deadline: Instant| {
+            if Instant::now() < deadline {
+                seen_early.fetch_add(1, Ordering::Relaxed);
+            }
+            seen_fired.fetch_add(1, Ordering::Relaxed);
+        })
+        .unwrap();
+    let start = Instant::now();
+    let to_fire = AtomicUsize::new(0);
+    thread::scope(|s| {
+        for producer in 0..2u64 {
+            let (timer, to_fire) = (&timer, &to_fire);
+            s.spawn(move || {
+                let mut seed = 0x2545_f491_4f6c_dd1d ^ producer;
+                let mut ring = vec![None; 1024];
+                while start.elapsed() < Duration::from_millis(1_500) {
+                    seed ^= seed << 13;
+                    seed ^= seed >> 7;
+                    seed ^= seed << 17;
+                    let deadline = Instant::now() + Duration::from_millis(50 + seed % 200);
+                    let handle = timer.insert_at(deadline, deadline).unwrap();
+                    if seed % 10 == 0 {
+                        to_fire.fetch_add(1, Ordering::Relaxed);
+                    } else if let Some(old) = ring[(seed >> 20) as usize % 1024].replace(handle) {
+                        assert!(timer.cancel(old), "a pending timer was not found");
+                    }
+                }
+                for handle in ring.into_iter().flatten() {
+                    assert!(timer.cancel(handle), "a pending timer was not found");
+                }
+            });
+        }
+    });
+    let expected = to_fire.load(Ordering::Relaxed);
+    assert!(wait_for(Duration::from_secs(10), || fired
+        .load(Ordering::Relaxed)
+        == expected));
+    assert_eq!(timer.pending(), 0);
+    assert!(timer.shutdown().is_empty());
+    assert_eq!(early.load(Ordering::Relaxed), 0, "timers fired early");
+}
