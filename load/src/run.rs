@@ -279,7 +279,8 @@ mod tests {
             "{stats}"
         );
         assert_eq!(report.handed_back, 0);
-        assert_eq!(report.operations, 20_000 + stats.cancelled);
+        // Every cancel is an operation; one that came too late cancelled nothing.
+        assert!(report.operations >= 20_000 + stats.cancelled);
         assert!(report.pending_peak > 0);
     }
 
