@@ -18,11 +18,10 @@
 //! producers make no system call at all.
 
 use crate::clock::{self, Clock};
-use crate::handle::Key;
 use crate::inbox::{Closed, Inbox};
 use crate::slab::NIL;
 use crate::slots::{
-    self, CANCELLED, FIRING, FLAGS, Freed, NO_KEY, PENDING, QUEUED, RESETTING, Slot, Slots,
+    self, CANCELLED, FIRING, FLAGS, Freed, PENDING, QUEUED, RESETTING, Slot, Slots,
 };
 use crate::stats::ShardStats;
 use crate::sync::{self, AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -368,7 +367,7 @@ impl<T> Shard<T> {
         while let Some(expired) = wheel.poll_expired(now) {
             let index = expired.value;
             let slot = self.slot(index);
-            slot.wheel_key.store(NO_KEY, Ordering::Relaxed);
+            slot.set_wheel_key(None);
             // Relaxed: only the reaper changes the generation, so this read is its own;
             // the deadline is that of the last arrival or change the reaper took in, and
             // it is current if the claim succeeds (a reset in between makes it fail).
@@ -434,11 +433,11 @@ impl<T> Shard<T> {
 
     /// Links slot `index` into the wheel at `deadline`, or moves it there if it is in.
     fn place(&self, wheel: &mut Wheel<u32>, index: u32, slot: &Slot<T>, deadline: u64) {
-        // Relaxed: the key is the reaper's own bookkeeping.
-        let key = slot.wheel_key.load(Ordering::Relaxed);
-        if key == NO_KEY || wheel.reset(Key::from_bits(key), deadline).is_err() {
-            let key = wheel.insert(deadline, index).to_bits();
-            slot.wheel_key.store(key, Ordering::Relaxed);
+        let moved = slot
+            .wheel_key()
+            .is_some_and(|key| wheel.reset(key, deadline).is_ok());
+        if !moved {
+            slot.set_wheel_key(Some(wheel.insert(deadline, index)));
         }
     }
 
@@ -503,9 +502,8 @@ impl<T> Shard<T> {
         generation: u32,
         freed: &mut Freed,
     ) {
-        let key = slot.wheel_key.swap(NO_KEY, Ordering::Relaxed);
-        if key != NO_KEY {
-            wheel.cancel(Key::from_bits(key));
+        if let Some(key) = slot.take_wheel_key() {
+            wheel.cancel(key);
         }
         // SAFETY: the slot was published and then cancelled, and no reset holds it, so its
         // payload is initialised and only this reaper takes it, once, before freeing it.
