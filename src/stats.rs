@@ -172,6 +172,11 @@ impl Stats {
     /// What `out` returns.
     pub fn write_hgrm(&self, out: &mut impl io::Write) -> io::Result<()> {
         const NANOS_PER_MS: f64 = 1e6;
+        // As HdrHistogram's own `outputPercentileDistribution` writes it, so that whatever
+        // reads those reads this: values to as many decimals as the histogram has
+        // significant digits, and its sub-bucket count defined as that code defines it.
+        let digits = usize::from(SIGNIFICANT_DIGITS);
+        let sub_buckets = (2 * 10u32.pow(SIGNIFICANT_DIGITS.into())).next_power_of_two();
         let histogram = &self.lateness;
         writeln!(
             out,
@@ -183,15 +188,11 @@ impl Stats {
             total += step.count_since_last_iteration();
             let value = step.value_iterated_to() as f64 / NANOS_PER_MS;
             let quantile = step.quantile_iterated_to();
+            write!(out, "{value:12.digits$} {quantile:2.12} {total:10}")?;
             if quantile < 1.0 {
-                let inverse = 1.0 / (1.0 - quantile);
-                writeln!(
-                    out,
-                    "{value:12.3} {quantile:2.12} {total:10} {inverse:14.2}"
-                )?;
-            } else {
-                writeln!(out, "{value:12.3} {quantile:2.12} {total:10}")?;
+                write!(out, " {:14.2}", 1.0 / (1.0 - quantile))?;
             }
+            writeln!(out)?;
         }
         let (mean, deviation, max) = (
             histogram.mean() / NANOS_PER_MS,
@@ -200,18 +201,17 @@ impl Stats {
         );
         writeln!(
             out,
-            "#[Mean    = {mean:12.3}, StdDeviation   = {deviation:12.3}]"
+            "#[Mean    = {mean:12.digits$}, StdDeviation   = {deviation:12.digits$}]"
         )?;
         writeln!(
             out,
-            "#[Max     = {max:12.3}, Total count    = {:12}]",
+            "#[Max     = {max:12.digits$}, Total count    = {:12}]",
             histogram.len()
         )?;
         writeln!(
             out,
-            "#[Buckets = {:12}, SubBuckets     = {:12}]",
-            histogram.buckets(),
-            histogram.distinct_values()
+            "#[Buckets = {:12}, SubBuckets     = {sub_buckets:12}]",
+            histogram.buckets()
         )
     }
 }
@@ -252,5 +252,52 @@ impl fmt::Display for Stats {
             write!(f, " {name} {:?}", self.lateness(quantile))?;
         }
         write!(f, " max {:?}", self.lateness(1.0))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // What HdrHistogram's Java `outputPercentileDistribution(out, 5, 1e6)` (2.1.11, the
+    // format's reference) prints for these values in a histogram with the same bounds.
+    const JAVA_OUTPUT: &str = concat!(
+        "       Value     Percentile TotalCount 1/(1-Percentile)\n",
+        "\n",
+        "        0.25 0.000000000000          1           1.00\n",
+        "        0.25 0.100000000000          1           1.11\n",
+        "        0.50 0.200000000000          2           1.25\n",
+        "        1.00 0.300000000000          3           1.43\n",
+        "        1.00 0.400000000000          3           1.67\n",
+        "        1.51 0.500000000000          4           2.00\n",
+        "        1.51 0.550000000000          4           2.22\n",
+        "        2.01 0.600000000000          5           2.50\n",
+        "        2.01 0.650000000000          5           2.86\n",
+        "        2.01 0.700000000000          5           3.33\n",
+        "        4.01 0.750000000000          6           4.00\n",
+        "        4.01 0.775000000000          6           4.44\n",
+        "        4.01 0.800000000000          6           5.00\n",
+        "        4.01 0.825000000000          6           5.71\n",
+        "        4.01 0.850000000000          6           6.67\n",
+        "       12.39 0.875000000000          7           8.00\n",
+        "       12.39 1.000000000000          7\n",
+        "#[Mean    =         3.09, StdDeviation   =         3.95]\n",
+        "#[Max     =        12.39, Total count    =            7]\n",
+        "#[Buckets =           35, SubBuckets     =          256]\n",
+    );
+
+    #[test]
+    fn hgrm_output_is_what_hdrhistograms_reference_implementation_writes() {
+        let mut shard = ShardStats::new();
+        for nanos in [
+            250_000, 500_000, 1_000_000, 1_500_000, 2_000_000, 4_000_000, 12_345_678,
+        ] {
+            shard.fired(Some(nanos));
+        }
+        let mut stats = Stats::new();
+        stats.merge(&shard);
+        let mut out = Vec::new();
+        stats.write_hgrm(&mut out).unwrap();
+        assert_eq!(String::from_utf8(out).unwrap(), JAVA_OUTPUT);
     }
 }

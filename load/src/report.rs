@@ -180,6 +180,8 @@ pub fn plot(report: &Report, path: &Path) -> Result<(), String> {
     let mut chart = ChartBuilder::on(&root)
         .caption(title, ("sans-serif", 20))
         .margin(16)
+        // Room for the last percentile label, centred on the right edge.
+        .margin_right(40)
         .x_label_area_size(40)
         .y_label_area_size(60)
         .build_cartesian_2d(0.0..6.0, 0.0..top)
@@ -191,11 +193,8 @@ pub fn plot(report: &Report, path: &Path) -> Result<(), String> {
         .x_labels(7)
         .x_label_formatter(&|x| {
             let percent = 100.0 * (1.0 - 10f64.powf(-x));
-            format!("{percent:.4}%")
-                .trim_end_matches('0')
-                .trim_end_matches('.')
-                .to_string()
-                + ""
+            let digits = format!("{percent:.4}");
+            format!("{}%", digits.trim_end_matches('0').trim_end_matches('.'))
         })
         .draw()
         .map_err(|e| error(&e))?;
