@@ -142,3 +142,60 @@ impl std::error::Error for BuildError {
         }
     }
 }
+
+/// Why a [`Sleep`](crate::Sleep) ended without reaching its deadline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SleepError {
+    /// Its timer could not be scheduled: `max_pending` timers are pending.
+    Full,
+    /// The timer was shut down before the deadline (or the sleep was first polled after).
+    Shutdown,
+}
+
+impl fmt::Display for SleepError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            SleepError::Full => "cannot sleep: too many pending timers (max_pending reached)",
+            SleepError::Shutdown => "cannot sleep: the timer was shut down",
+        })
+    }
+}
+
+impl std::error::Error for SleepError {}
+
+impl<T> From<ScheduleError<T>> for SleepError {
+    fn from(error: ScheduleError<T>) -> Self {
+        match error {
+            ScheduleError::Full(_) => SleepError::Full,
+            ScheduleError::Shutdown(_) => SleepError::Shutdown,
+        }
+    }
+}
+
+/// Why a [`Timeout`](crate::Timeout) ended without its future's output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeoutError {
+    /// The deadline came first; the future had not finished (it is dropped with the
+    /// `Timeout`).
+    Elapsed,
+    /// The deadline could not be watched (see [`SleepError`]).
+    Sleep(SleepError),
+}
+
+impl fmt::Display for TimeoutError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TimeoutError::Elapsed => f.write_str("deadline elapsed"),
+            TimeoutError::Sleep(error) => fmt::Display::fmt(error, f),
+        }
+    }
+}
+
+impl std::error::Error for TimeoutError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            TimeoutError::Elapsed => None,
+            TimeoutError::Sleep(error) => Some(error),
+        }
+    }
+}

@@ -35,6 +35,7 @@ mod handle;
 mod inbox;
 mod shard;
 mod slab;
+mod sleep;
 mod slots;
 mod stats;
 mod sync;
@@ -50,13 +51,16 @@ pub mod loom_api {
     pub use crate::shard::{Refused, Shard};
 }
 
-pub use error::{AdvanceError, BuildError, Full, ScheduleError, StaleHandle, StaleKey};
+pub use error::{
+    AdvanceError, BuildError, Full, ScheduleError, SleepError, StaleHandle, StaleKey, TimeoutError,
+};
 
 /// The README's example, compiled and run as a doc test.
 #[doc = include_str!("../README.md")]
 #[cfg(doctest)]
 pub struct ReadmeDoctests;
 pub use handle::{Key, TimerHandle};
+pub use sleep::{Sleep, Timeout};
 pub use stats::Stats;
 pub use timer::{Builder, Callback, Timer};
 pub use wheel::{DrainExpired, Expired, Wheel};

@@ -374,20 +374,33 @@ impl<T: Send + 'static> Timer<T> {
     ///
     /// As [`insert`](Self::insert).
     pub fn insert_at(&self, instant: Instant, payload: T) -> Result<TimerHandle, ScheduleError<T>> {
-        self.insert_due(self.clock.deadline_at(instant), payload)
+        self.insert_due(self.deadline_at(instant), payload)
     }
 
-    /// The deadline of a timer `delay` from now, by this timer's clock.
-    fn deadline_after(&self, delay: Duration) -> u64 {
-        let elapsed = match &self.driver {
+    /// Now, in nanoseconds since the timer started, by its clock (real or manual).
+    pub(crate) fn now(&self) -> u64 {
+        match &self.driver {
             Driver::Reapers(_) => self.clock.elapsed(),
             // Relaxed: a reading of the time; an advance racing it may or may not count.
             Driver::Manual { elapsed_nanos, .. } => elapsed_nanos.load(Ordering::Relaxed),
-        };
-        elapsed.saturating_add(clock::nanos(delay))
+        }
     }
 
-    fn insert_due(&self, deadline: u64, payload: T) -> Result<TimerHandle, ScheduleError<T>> {
+    /// The deadline of a timer `delay` from now, by this timer's clock.
+    pub(crate) fn deadline_after(&self, delay: Duration) -> u64 {
+        self.now().saturating_add(clock::nanos(delay))
+    }
+
+    /// The deadline of a timer due at `instant`.
+    pub(crate) fn deadline_at(&self, instant: Instant) -> u64 {
+        self.clock.deadline_at(instant)
+    }
+
+    pub(crate) fn insert_due(
+        &self,
+        deadline: u64,
+        payload: T,
+    ) -> Result<TimerHandle, ScheduleError<T>> {
         let shard = self.producer_shard();
         match self.shards[shard].schedule(deadline, payload) {
             Ok((slot, generation)) => Ok(TimerHandle::new(self.id, shard as u32, slot, generation)),
@@ -444,10 +457,10 @@ impl<T: Send + 'static> Timer<T> {
     ///
     /// As [`reset`](Self::reset).
     pub fn reset_at(&self, handle: TimerHandle, instant: Instant) -> Result<(), StaleHandle> {
-        self.reset_due(handle, self.clock.deadline_at(instant))
+        self.reset_due(handle, self.deadline_at(instant))
     }
 
-    fn reset_due(&self, handle: TimerHandle, deadline: u64) -> Result<(), StaleHandle> {
+    pub(crate) fn reset_due(&self, handle: TimerHandle, deadline: u64) -> Result<(), StaleHandle> {
         let shard = self.shard_of(handle).ok_or(StaleHandle)?;
         shard
             .reset(handle.slot(), handle.generation(), deadline)

@@ -1,0 +1,292 @@
+//! Futures on the engine, for any executor: [`Timer::sleep`], [`Timer::sleep_until`] and
+//! [`Timer::timeout`].
+//!
+//! A sleep schedules its timer at the first poll that finds its deadline ahead, not when it
+//! is made: a `timeout` whose future is ready at once costs no timer at all (pingora-timeout's
+//! lesson: most timeouts never need one). The timer's callback owns one end of a `Shared`:
+//! a state byte and the waker of the task that awaits the sleep. Each poll registers its
+//! waker there (an `AtomicWaker`), so a task that moves to another waker keeps its timer.
+//! The callback marks the state and wakes; a sleep dropped before its deadline marks the
+//! state first, so that the cancelled callback, dropped later by the reaper, wakes nobody,
+//! and then cancels its timer in O(1).
+
+use crate::error::{SleepError, TimeoutError};
+use crate::handle::TimerHandle;
+use crate::timer::Timer;
+use atomic_waker::AtomicWaker;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+/// `Shared::state`: the timer has not ended yet.
+const WAITING: u8 = 0;
+/// The timer fired: the sleep is over.
+const FIRED: u8 = 1;
+/// The callback was dropped unrun: the timer shut down.
+const GONE: u8 = 2;
+/// The sleep let go of this timer (dropped, or re-armed on a new one): wake nobody.
+const ABANDONED: u8 = 3;
+
+/// What a sleep and its timer's callback share.
+struct Shared {
+    state: AtomicU8,
+    waker: AtomicWaker,
+}
+
+impl Shared {
+    fn is_waiting(&self) -> bool {
+        // Relaxed: a hint; the reset that follows decides.
+        self.state.load(Ordering::Relaxed) == WAITING
+    }
+
+    /// Ends the wait as `to`, if it has not ended, and wakes the task if it is to look.
+    fn settle(&self, to: u8) {
+        // Relaxed: the state carries no data, only which way the wait ended; the waker's
+        // own synchronisation orders this store before the woken task's poll, as in
+        // `AtomicWaker`'s documented pattern (set the flag, then `wake`; `register`, then
+        // read the flag). One location, so racing settles agree on a single winner.
+        let settled = self
+            .state
+            .compare_exchange(WAITING, to, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok();
+        if settled && to != ABANDONED {
+            self.waker.wake();
+        }
+    }
+
+    /// How the wait ended, if it has, from a task polling with `cx`.
+    fn poll(&self, cx: &mut Context<'_>) -> Poll<Result<(), SleepError>> {
+        let ended = |state| match state {
+            FIRED => Poll::Ready(Ok(())),
+            GONE => Poll::Ready(Err(SleepError::Shutdown)),
+            _ => Poll::Pending,
+        };
+        // Relaxed, both: see `settle`.
+        if let Poll::Ready(done) = ended(self.state.load(Ordering::Relaxed)) {
+            return Poll::Ready(done);
+        }
+        self.waker.register(cx.waker());
+        ended(self.state.load(Ordering::Relaxed))
+    }
+}
+
+/// The timer's end of a `Shared`: the callback rings it; dropped unrun (the timer shut
+/// down, and its callbacks were dropped), it tells the sleep.
+struct Alarm(Arc<Shared>);
+
+impl Alarm {
+    fn ring(self) {
+        self.0.settle(FIRED);
+    }
+}
+
+impl Drop for Alarm {
+    fn drop(&mut self) {
+        // After `ring`, or after the sleep abandoned it, this finds the wait ended and does
+        // nothing.
+        self.0.settle(GONE);
+    }
+}
+
+/// The timer of a polled sleep.
+struct Armed {
+    handle: TimerHandle,
+    shared: Arc<Shared>,
+}
+
+/// A future that completes at a deadline, on a [`Timer`]; from [`Timer::sleep`] or
+/// [`Timer::sleep_until`]. It works on any executor: the timer's reaper wakes the task.
+///
+/// It outputs `Ok(())` once the deadline has passed (never before), or an error if its
+/// timer could not be scheduled ([`SleepError::Full`]) or the timer shut down first
+/// ([`SleepError::Shutdown`]).
+///
+/// Its timer is scheduled at the first poll that finds the deadline ahead; polling again,
+/// with the same waker or another, keeps that timer. Dropping the sleep cancels it in
+/// O(1). A deadline past 584 years after the timer started is clamped to that.
+#[must_use = "futures do nothing unless polled"]
+pub struct Sleep<'a> {
+    timer: &'a Timer,
+    /// Nanoseconds since the timer's start.
+    deadline: u64,
+    armed: Option<Armed>,
+}
+
+impl<'a> Sleep<'a> {
+    fn new(timer: &'a Timer, deadline: u64) -> Self {
+        Sleep {
+            timer,
+            deadline,
+            armed: None,
+        }
+    }
+
+    /// Moves the deadline to `deadline`, whether or not the sleep has completed: it
+    /// completes again once the new deadline passes. A pending timer is moved in place
+    /// (O(1), same timer); one that has fired is replaced at the next poll.
+    pub fn reset(&mut self, deadline: Instant) {
+        self.deadline = self.timer.deadline_at(deadline);
+        if let Some(armed) = &self.armed {
+            // A timer that has not fired yet moves; a reset that finds it fired (or firing)
+            // fails, and the next poll schedules a new one.
+            if armed.shared.is_waiting()
+                && self.timer.reset_due(armed.handle, self.deadline).is_ok()
+            {
+                return;
+            }
+        }
+        self.disarm();
+    }
+
+    /// Whether the deadline has passed and the sleep's timer fired (or was not needed).
+    pub fn is_elapsed(&self) -> bool {
+        match &self.armed {
+            Some(armed) => armed.shared.state.load(Ordering::Relaxed) == FIRED,
+            None => self.deadline <= self.timer.now(),
+        }
+    }
+
+    /// Lets go of the timer: wakes nobody any more, and cancels it if it is pending.
+    fn disarm(&mut self) {
+        if let Some(armed) = self.armed.take() {
+            armed.shared.settle(ABANDONED);
+            self.timer.cancel(armed.handle);
+        }
+    }
+}
+
+impl Future for Sleep<'_> {
+    type Output = Result<(), SleepError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        if let Some(armed) = &this.armed {
+            return armed.shared.poll(cx);
+        }
+        if this.deadline <= this.timer.now() {
+            return Poll::Ready(Ok(()));
+        }
+        let shared = Arc::new(Shared {
+            state: AtomicU8::new(WAITING),
+            waker: AtomicWaker::new(),
+        });
+        // Before the timer exists, so that its fire finds the waker.
+        shared.waker.register(cx.waker());
+        let alarm = Alarm(Arc::clone(&shared));
+        match this
+            .timer
+            .insert_due(this.deadline, Box::new(move || alarm.ring()))
+        {
+            Ok(handle) => {
+                this.armed = Some(Armed { handle, shared });
+                Poll::Pending
+            }
+            Err(refused) => {
+                // The refused callback is dropped here: nobody is to be woken by it.
+                shared.settle(ABANDONED);
+                Poll::Ready(Err(refused.into()))
+            }
+        }
+    }
+}
+
+impl Drop for Sleep<'_> {
+    fn drop(&mut self) {
+        self.disarm();
+    }
+}
+
+impl std::fmt::Debug for Sleep<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sleep")
+            .field("deadline_nanos", &self.deadline)
+            .field("armed", &self.armed.is_some())
+            .finish()
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A future that runs `F` until a deadline; from [`Timer::timeout`]. It outputs `F`'s
+    /// output if `F` finishes first, or [`TimeoutError::Elapsed`] once the deadline has
+    /// passed. `F` is polled first: if it is ready at its first poll, no timer is ever
+    /// scheduled. Dropping the timeout drops `F` and cancels the timer in O(1).
+    #[must_use = "futures do nothing unless polled"]
+    #[derive(Debug)]
+    pub struct Timeout<'a, F> {
+        #[pin]
+        future: F,
+        sleep: Sleep<'a>,
+    }
+}
+
+impl<F> Timeout<'_, F> {
+    /// The wrapped future, unfinished.
+    pub fn into_inner(self) -> F {
+        self.future
+    }
+}
+
+impl<F: Future> Future for Timeout<'_, F> {
+    type Output = Result<F::Output, TimeoutError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        if let Poll::Ready(output) = this.future.poll(cx) {
+            return Poll::Ready(Ok(output));
+        }
+        match Pin::new(this.sleep).poll(cx) {
+            Poll::Ready(Ok(())) => Poll::Ready(Err(TimeoutError::Elapsed)),
+            Poll::Ready(Err(error)) => Poll::Ready(Err(TimeoutError::Sleep(error))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+/// Futures: these work on any executor (tokio, smol, `futures::executor::block_on`), as the
+/// timer's reapers wake the tasks. Share the timer between tasks by reference or in an
+/// `Arc`.
+impl Timer {
+    /// A future that completes `delay` from now (see [`Sleep`]).
+    ///
+    /// ```
+    /// use std::time::{Duration, Instant};
+    ///
+    /// let timer = shardwheel::Timer::builder().shards(1).build().unwrap();
+    /// let start = Instant::now();
+    /// futures::executor::block_on(timer.sleep(Duration::from_millis(20))).unwrap();
+    /// assert!(start.elapsed() >= Duration::from_millis(20));
+    /// ```
+    pub fn sleep(&self, delay: Duration) -> Sleep<'_> {
+        Sleep::new(self, self.deadline_after(delay))
+    }
+
+    /// A future that completes at `deadline` (at its first poll if that has passed).
+    pub fn sleep_until(&self, deadline: Instant) -> Sleep<'_> {
+        Sleep::new(self, self.deadline_at(deadline))
+    }
+
+    /// Runs `future` for at most `delay` (see [`Timeout`]).
+    ///
+    /// ```
+    /// use shardwheel::TimeoutError;
+    /// use std::future::pending;
+    /// use std::time::Duration;
+    ///
+    /// let timer = shardwheel::Timer::builder().shards(1).build().unwrap();
+    /// futures::executor::block_on(async {
+    ///     let quick = timer.timeout(Duration::from_secs(5), async { 7 });
+    ///     assert_eq!(quick.await, Ok(7)); // ready at once: no timer was scheduled
+    ///     let stuck = timer.timeout(Duration::from_millis(10), pending::<()>());
+    ///     assert_eq!(stuck.await, Err(TimeoutError::Elapsed));
+    /// });
+    /// ```
+    pub fn timeout<F: Future>(&self, delay: Duration, future: F) -> Timeout<'_, F> {
+        Timeout {
+            future,
+            sleep: self.sleep(delay),
+        }
+    }
+}

@@ -1,0 +1,300 @@
+//! Futures on the engine: `sleep`, `sleep_until`, `timeout`, polled by hand on a manual
+//! timer (so every step is exact), and awaited on two executors with real reapers.
+
+use shardwheel::{SleepError, TimeoutError, Timer};
+use std::future::{Future, pending};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::{Context, Poll, Wake, Waker};
+use std::time::{Duration, Instant};
+
+fn manual() -> Timer {
+    Timer::builder().shards(1).manual().build().unwrap()
+}
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// A waker that counts its wake-ups.
+#[derive(Default)]
+struct Count(AtomicUsize);
+
+impl Wake for Count {
+    fn wake(self: Arc<Self>) {
+        self.0.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+fn counting() -> (Arc<Count>, Waker) {
+    let count = Arc::new(Count::default());
+    (Arc::clone(&count), Waker::from(count))
+}
+
+fn wakes(count: &Count) -> usize {
+    count.0.load(Ordering::Relaxed)
+}
+
+fn poll<F: Future + Unpin>(future: &mut F, waker: &Waker) -> Poll<F::Output> {
+    Pin::new(future).poll(&mut Context::from_waker(waker))
+}
+
+#[test]
+fn a_sleep_ends_at_its_deadline_and_not_before() {
+    let timer = manual();
+    let (count, waker) = counting();
+    let mut sleep = timer.sleep(ms(10));
+    assert!(poll(&mut sleep, &waker).is_pending());
+    assert_eq!(timer.pending(), 1);
+    timer.advance(ms(9)).unwrap();
+    assert_eq!(wakes(&count), 0);
+    assert!(poll(&mut sleep, &waker).is_pending());
+    timer.advance(ms(1)).unwrap();
+    assert_eq!(wakes(&count), 1);
+    assert!(sleep.is_elapsed());
+    assert_eq!(poll(&mut sleep, &waker), Poll::Ready(Ok(())));
+    assert!(sleep.is_elapsed());
+    assert_eq!(
+        poll(&mut sleep, &waker),
+        Poll::Ready(Ok(())),
+        "and stays ended"
+    );
+    assert_eq!(timer.stats().fired, 1);
+}
+
+#[test]
+fn a_new_waker_takes_over_the_same_timer() {
+    let timer = manual();
+    let (first, first_waker) = counting();
+    let (second, second_waker) = counting();
+    let mut sleep = timer.sleep(ms(5));
+    assert!(poll(&mut sleep, &first_waker).is_pending());
+    assert!(poll(&mut sleep, &second_waker).is_pending());
+    timer.advance(ms(5)).unwrap();
+    assert_eq!((wakes(&first), wakes(&second)), (0, 1));
+    assert_eq!(timer.stats().scheduled, 1, "one timer for both polls");
+    assert_eq!(poll(&mut sleep, &second_waker), Poll::Ready(Ok(())));
+}
+
+#[test]
+fn dropping_a_sleep_cancels_its_timer_and_wakes_nobody() {
+    let timer = manual();
+    let (count, waker) = counting();
+    let mut sleeps: Vec<_> = (1..=100).map(|i| timer.sleep(ms(i))).collect();
+    for sleep in &mut sleeps {
+        assert!(poll(sleep, &waker).is_pending());
+    }
+    assert_eq!(timer.pending(), 100);
+    drop(sleeps);
+    assert_eq!(timer.pending(), 0);
+    timer.advance(ms(200)).unwrap();
+    let stats = timer.stats();
+    assert_eq!((stats.cancelled, stats.fired), (100, 0));
+    assert_eq!(
+        wakes(&count),
+        0,
+        "a cancelled timer's dropped callback wakes nobody"
+    );
+}
+
+#[test]
+fn a_deadline_already_passed_needs_no_timer() {
+    let timer = manual();
+    let (_, waker) = counting();
+    timer.advance(ms(50)).unwrap();
+    let mut sleep = timer.sleep(Duration::ZERO);
+    assert_eq!(poll(&mut sleep, &waker), Poll::Ready(Ok(())));
+    let mut past = timer.sleep_until(Instant::now() - ms(1));
+    assert_eq!(poll(&mut past, &waker), Poll::Ready(Ok(())));
+    assert_eq!(timer.stats().scheduled, 0);
+}
+
+#[test]
+fn a_timeout_whose_future_is_ready_at_once_schedules_nothing() {
+    let timer = manual();
+    let (_, waker) = counting();
+    let mut quick = Box::pin(timer.timeout(ms(100), async { 42 }));
+    assert_eq!(
+        quick.as_mut().poll(&mut Context::from_waker(&waker)),
+        Poll::Ready(Ok(42))
+    );
+    timer.advance(ms(1)).unwrap();
+    assert_eq!(timer.stats().scheduled, 0);
+}
+
+#[test]
+fn a_timeout_elapses_or_gives_the_output_and_cancels_its_timer() {
+    let timer = manual();
+    let (count, waker) = counting();
+    let mut cx = Context::from_waker(&waker);
+
+    let mut stuck = Box::pin(timer.timeout(ms(10), pending::<()>()));
+    assert!(stuck.as_mut().poll(&mut cx).is_pending());
+    timer.advance(ms(10)).unwrap();
+    assert_eq!(wakes(&count), 1);
+    assert_eq!(
+        stuck.as_mut().poll(&mut cx),
+        Poll::Ready(Err(TimeoutError::Elapsed))
+    );
+
+    // The work finishes at its second poll, well before the deadline.
+    let mut polls = 0;
+    let work = std::future::poll_fn(|cx| {
+        polls += 1;
+        if polls == 2 {
+            Poll::Ready("done")
+        } else {
+            cx.waker().wake_by_ref();
+            Poll::Pending
+        }
+    });
+    let mut finishing = Box::pin(timer.timeout(ms(1_000), work));
+    assert!(finishing.as_mut().poll(&mut cx).is_pending());
+    assert_eq!(timer.pending(), 1);
+    assert_eq!(finishing.as_mut().poll(&mut cx), Poll::Ready(Ok("done")));
+    drop(finishing);
+    assert_eq!(
+        timer.pending(),
+        0,
+        "the finished timeout's timer is cancelled"
+    );
+}
+
+#[test]
+fn reset_moves_a_pending_sleep_and_rearms_a_finished_one() {
+    let timer = manual();
+    let (count, waker) = counting();
+    let start = Instant::now();
+    let mut sleep = timer.sleep(ms(10));
+    assert!(poll(&mut sleep, &waker).is_pending());
+    sleep.reset(start + ms(30));
+    timer.advance(ms(20)).unwrap();
+    assert_eq!(wakes(&count), 0, "not at the old deadline");
+    assert!(poll(&mut sleep, &waker).is_pending());
+    assert_eq!(timer.stats().scheduled, 1, "moved in place");
+    timer.advance(ms(15)).unwrap();
+    assert_eq!(poll(&mut sleep, &waker), Poll::Ready(Ok(())));
+
+    // Finished: a reset makes it wait again, on a new timer.
+    sleep.reset(start + ms(60));
+    assert!(poll(&mut sleep, &waker).is_pending());
+    timer.advance(ms(30)).unwrap();
+    assert_eq!(poll(&mut sleep, &waker), Poll::Ready(Ok(())));
+    assert_eq!(timer.stats().fired, 2);
+}
+
+#[test]
+fn shutdown_ends_pending_sleeps_with_an_error_and_refuses_new_ones() {
+    let timer = manual();
+    let (count, waker) = counting();
+    let mut sleep = timer.sleep(ms(10));
+    assert!(poll(&mut sleep, &waker).is_pending());
+    let unfired = timer.shutdown();
+    assert_eq!(unfired.len(), 1);
+    drop(unfired);
+    assert_eq!(wakes(&count), 1, "the task learns of it");
+    assert_eq!(
+        poll(&mut sleep, &waker),
+        Poll::Ready(Err(SleepError::Shutdown))
+    );
+    let mut late = timer.sleep(ms(1));
+    assert_eq!(
+        poll(&mut late, &waker),
+        Poll::Ready(Err(SleepError::Shutdown))
+    );
+}
+
+#[test]
+fn a_full_timer_is_an_error_not_a_hang() {
+    let timer = Timer::builder()
+        .shards(1)
+        .manual()
+        .max_pending(1)
+        .build()
+        .unwrap();
+    let (_, waker) = counting();
+    let mut first = timer.sleep(ms(10));
+    assert!(poll(&mut first, &waker).is_pending());
+    let mut second = timer.timeout(ms(10), pending::<()>());
+    let mut second = Pin::new(&mut second);
+    let polled = second.as_mut().poll(&mut Context::from_waker(&waker));
+    assert_eq!(
+        polled,
+        Poll::Ready(Err(TimeoutError::Sleep(SleepError::Full)))
+    );
+}
+
+#[test]
+fn sleeps_and_timeouts_on_futures_block_on() {
+    let timer = Timer::builder().shards(2).build().unwrap();
+    futures::executor::block_on(async {
+        let start = Instant::now();
+        timer.sleep(ms(20)).await.unwrap();
+        assert!(start.elapsed() >= ms(20));
+        let stuck = timer.timeout(ms(5), pending::<()>()).await;
+        assert_eq!(stuck, Err(TimeoutError::Elapsed));
+        let quick = timer
+            .timeout(Duration::from_secs(60), timer.sleep(ms(1)))
+            .await;
+        assert_eq!(quick, Ok(Ok(())));
+    });
+    assert_eq!(timer.pending(), 0);
+}
+
+#[test]
+fn many_tokio_tasks_time_out_or_finish_and_leave_no_timer_behind() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .build()
+        .unwrap();
+    let timer = Arc::new(Timer::builder().shards(2).build().unwrap());
+    let early = Arc::new(AtomicUsize::new(0));
+    let tasks: Vec<_> = (0..2_000u64)
+        .map(|i| {
+            let (timer, early) = (Arc::clone(&timer), Arc::clone(&early));
+            runtime.spawn(async move {
+                let start = Instant::now();
+                let limit = ms(5 + i % 20);
+                if i % 10 == 0 {
+                    // Never finishes: the timeout ends it, never before its deadline.
+                    let outcome = timer.timeout(limit, pending::<()>()).await;
+                    assert_eq!(outcome, Err(TimeoutError::Elapsed));
+                    if start.elapsed() < limit {
+                        early.fetch_add(1, Ordering::Relaxed);
+                    }
+                    return false;
+                }
+                // Finishes after a yield, long before its (far) deadline.
+                let work = async {
+                    tokio::task::yield_now().await;
+                    i
+                };
+                timer.timeout(Duration::from_secs(600), work).await == Ok(i)
+            })
+        })
+        .collect();
+    let finished = runtime.block_on(async {
+        let mut finished = 0;
+        for task in tasks {
+            finished += usize::from(task.await.unwrap());
+        }
+        finished
+    });
+    assert_eq!(finished, 1_800);
+    assert_eq!(early.load(Ordering::Relaxed), 0, "no timeout fired early");
+    assert_eq!(
+        timer.pending(),
+        0,
+        "cancelled timeouts leave no timer behind"
+    );
+    assert!(timer.shutdown().is_empty());
+}
+
+#[test]
+fn futures_can_move_between_threads() {
+    fn send<T: Send>(_: &T) {}
+    let timer = manual();
+    send(&timer.sleep(ms(1)));
+    send(&timer.timeout(ms(1), async {}));
+}
