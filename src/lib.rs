@@ -29,6 +29,7 @@
 //! The modules, each in its own file: `wheel` (levels, buckets, the bucket heap), `slab`
 //! (entries and generations), `handle` (keys), `error`.
 
+mod callback;
 mod clock;
 mod error;
 mod handle;
@@ -59,8 +60,9 @@ pub use error::{
 #[doc = include_str!("../README.md")]
 #[cfg(doctest)]
 pub struct ReadmeDoctests;
+pub use callback::Callback;
 pub use handle::{Key, TimerHandle};
 pub use sleep::{Sleep, Timeout};
 pub use stats::Stats;
-pub use timer::{Builder, Callback, Timer};
+pub use timer::{Builder, Timer};
 pub use wheel::{DrainExpired, Expired, Wheel};

@@ -1,15 +1,17 @@
 //! Futures on the engine, for any executor: [`Timer::sleep`], [`Timer::sleep_until`] and
 //! [`Timer::timeout`].
 //!
-//! A sleep schedules its timer at the first poll that finds its deadline ahead, not when it
-//! is made: a `timeout` whose future is ready at once costs no timer at all (pingora-timeout's
-//! lesson: most timeouts never need one). The timer's callback owns one end of a `Shared`:
+//! A sleep schedules its timer at its first poll, not when it is made, and a timeout reads
+//! the clock only then: a `timeout` whose future is ready at once costs no timer and no
+//! clock read at all (pingora-timeout's lesson: most timeouts never need one). A deadline
+//! already passed when the sleep is made needs no timer either. The timer's callback owns one end of a `Shared`:
 //! a state byte and the waker of the task that awaits the sleep. Each poll registers its
 //! waker there (an `AtomicWaker`), so a task that moves to another waker keeps its timer.
 //! The callback marks the state and wakes; a sleep dropped before its deadline marks the
 //! state first, so that the cancelled callback, dropped later by the reaper, wakes nobody,
 //! and then cancels its timer in O(1).
 
+use crate::callback::Callback;
 use crate::error::{SleepError, TimeoutError};
 use crate::handle::TimerHandle;
 use crate::timer::Timer;
@@ -75,10 +77,10 @@ impl Shared {
 
 /// The timer's end of a `Shared`: the callback rings it; dropped unrun (the timer shut
 /// down, and its callbacks were dropped), it tells the sleep.
-struct Alarm(Arc<Shared>);
+pub(crate) struct Alarm(Arc<Shared>);
 
 impl Alarm {
-    fn ring(self) {
+    pub(crate) fn ring(self) {
         self.0.settle(FIRED);
     }
 }
@@ -104,23 +106,42 @@ struct Armed {
 /// timer could not be scheduled ([`SleepError::Full`]) or the timer shut down first
 /// ([`SleepError::Shutdown`]).
 ///
-/// Its timer is scheduled at the first poll that finds the deadline ahead; polling again,
-/// with the same waker or another, keeps that timer. Dropping the sleep cancels it in
+/// Its timer is scheduled at its first poll (none if the deadline had passed when it was
+/// made); polling again, with the same waker or another, keeps that timer. Dropping the sleep cancels it in
 /// O(1). A deadline past 584 years after the timer started is clamped to that.
 #[must_use = "futures do nothing unless polled"]
 pub struct Sleep<'a> {
     timer: &'a Timer,
-    /// Nanoseconds since the timer's start.
-    deadline: u64,
+    due: Due,
     armed: Option<Armed>,
 }
 
+/// When a sleep ends.
+#[derive(Debug, Clone, Copy)]
+enum Due {
+    /// At this many nanoseconds since the timer's start.
+    At(u64),
+    /// This long after the first poll (a timeout's limit).
+    AfterFirstPoll(Duration),
+    /// It had passed when the sleep was made or reset.
+    Passed,
+}
+
 impl<'a> Sleep<'a> {
-    fn new(timer: &'a Timer, deadline: u64) -> Self {
+    fn new(timer: &'a Timer, due: Due) -> Self {
         Sleep {
             timer,
-            deadline,
+            due,
             armed: None,
+        }
+    }
+
+    /// `Due` for a deadline, by a reading of the clock.
+    fn due_at(timer: &Timer, deadline: u64) -> Due {
+        if deadline <= timer.now() {
+            Due::Passed
+        } else {
+            Due::At(deadline)
         }
     }
 
@@ -128,13 +149,11 @@ impl<'a> Sleep<'a> {
     /// completes again once the new deadline passes. A pending timer is moved in place
     /// (O(1), same timer); one that has fired is replaced at the next poll.
     pub fn reset(&mut self, deadline: Instant) {
-        self.deadline = self.timer.deadline_at(deadline);
-        if let Some(armed) = &self.armed {
+        self.due = Self::due_at(self.timer, self.timer.deadline_at(deadline));
+        if let (Some(armed), Due::At(deadline)) = (&self.armed, self.due) {
             // A timer that has not fired yet moves; a reset that finds it fired (or firing)
             // fails, and the next poll schedules a new one.
-            if armed.shared.is_waiting()
-                && self.timer.reset_due(armed.handle, self.deadline).is_ok()
-            {
+            if armed.shared.is_waiting() && self.timer.reset_due(armed.handle, deadline).is_ok() {
                 return;
             }
         }
@@ -145,7 +164,11 @@ impl<'a> Sleep<'a> {
     pub fn is_elapsed(&self) -> bool {
         match &self.armed {
             Some(armed) => armed.shared.state.load(Ordering::Relaxed) == FIRED,
-            None => self.deadline <= self.timer.now(),
+            None => match self.due {
+                Due::At(deadline) => deadline <= self.timer.now(),
+                Due::AfterFirstPoll(_) => false,
+                Due::Passed => true,
+            },
         }
     }
 
@@ -166,9 +189,20 @@ impl Future for Sleep<'_> {
         if let Some(armed) = &this.armed {
             return armed.shared.poll(cx);
         }
-        if this.deadline <= this.timer.now() {
-            return Poll::Ready(Ok(()));
-        }
+        // A deadline that passes between the making and this poll is not looked for: its
+        // timer fires at the reaper's next pass.
+        let deadline = match this.due {
+            Due::At(deadline) => deadline,
+            Due::AfterFirstPoll(delay) if !delay.is_zero() => {
+                let deadline = this.timer.deadline_after(delay);
+                this.due = Due::At(deadline);
+                deadline
+            }
+            Due::AfterFirstPoll(_) | Due::Passed => {
+                this.due = Due::Passed;
+                return Poll::Ready(Ok(()));
+            }
+        };
         let shared = Arc::new(Shared {
             state: AtomicU8::new(WAITING),
             waker: AtomicWaker::new(),
@@ -176,10 +210,7 @@ impl Future for Sleep<'_> {
         // Before the timer exists, so that its fire finds the waker.
         shared.waker.register(cx.waker());
         let alarm = Alarm(Arc::clone(&shared));
-        match this
-            .timer
-            .insert_due(this.deadline, Box::new(move || alarm.ring()))
-        {
+        match this.timer.insert_due(deadline, Callback::wake(alarm)) {
             Ok(handle) => {
                 this.armed = Some(Armed { handle, shared });
                 Poll::Pending
@@ -202,7 +233,7 @@ impl Drop for Sleep<'_> {
 impl std::fmt::Debug for Sleep<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Sleep")
-            .field("deadline_nanos", &self.deadline)
+            .field("due", &self.due)
             .field("armed", &self.armed.is_some())
             .finish()
     }
@@ -260,15 +291,18 @@ impl Timer {
     /// assert!(start.elapsed() >= Duration::from_millis(20));
     /// ```
     pub fn sleep(&self, delay: Duration) -> Sleep<'_> {
-        Sleep::new(self, self.deadline_after(delay))
+        if delay.is_zero() {
+            return Sleep::new(self, Due::Passed);
+        }
+        Sleep::new(self, Due::At(self.deadline_after(delay)))
     }
 
     /// A future that completes at `deadline` (at its first poll if that has passed).
     pub fn sleep_until(&self, deadline: Instant) -> Sleep<'_> {
-        Sleep::new(self, self.deadline_at(deadline))
+        Sleep::new(self, Sleep::due_at(self, self.deadline_at(deadline)))
     }
 
-    /// Runs `future` for at most `delay` (see [`Timeout`]).
+    /// Runs `future` for at most `delay` from its first poll (see [`Timeout`]).
     ///
     /// ```
     /// use shardwheel::TimeoutError;
@@ -286,7 +320,7 @@ impl Timer {
     pub fn timeout<F: Future>(&self, delay: Duration, future: F) -> Timeout<'_, F> {
         Timeout {
             future,
-            sleep: self.sleep(delay),
+            sleep: Sleep::new(self, Due::AfterFirstPoll(delay)),
         }
     }
 }

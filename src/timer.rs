@@ -5,6 +5,7 @@
 //! cores do not share a shard's inbox cache line; any thread may cancel any timer, since the
 //! handle names its shard.
 
+use crate::callback::Callback;
 use crate::clock::{self, Clock};
 use crate::error::{AdvanceError, BuildError, ScheduleError, StaleHandle};
 use crate::handle::TimerHandle;
@@ -16,9 +17,6 @@ use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, TryLockError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-
-/// A timer callback: run once, on a reaper thread, unless cancelled first.
-pub type Callback = Box<dyn FnOnce() + Send + 'static>;
 
 /// Configures and starts a [`Timer`].
 ///
@@ -130,7 +128,7 @@ impl Builder {
     ///
     /// [`BuildError`] if the shard count or tick is zero, or a thread cannot be started.
     pub fn build(self) -> Result<Timer, BuildError> {
-        self.build_with(|callback: Callback| callback())
+        self.build_with(Callback::run)
     }
 
     /// Starts the reaper threads of a payload-generic [`Timer<T>`]: every timer carries a
@@ -338,7 +336,7 @@ impl Timer {
         delay: Duration,
         callback: impl FnOnce() + Send + 'static,
     ) -> Result<TimerHandle, ScheduleError<Callback>> {
-        self.insert(delay, Box::new(callback))
+        self.insert(delay, Callback::new(callback))
     }
 
     /// Schedules `callback` to run once at `instant` (at once if it has passed).
@@ -351,7 +349,7 @@ impl Timer {
         instant: Instant,
         callback: impl FnOnce() + Send + 'static,
     ) -> Result<TimerHandle, ScheduleError<Callback>> {
-        self.insert_at(instant, Box::new(callback))
+        self.insert_at(instant, Callback::new(callback))
     }
 }
 

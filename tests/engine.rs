@@ -147,7 +147,7 @@ fn shutdown_hands_back_unfired_callbacks_and_refuses_new_ones() {
     let unfired = timer.shutdown();
     assert_eq!(unfired.len(), 50);
     for callback in unfired {
-        callback();
+        callback.run();
     }
     assert_eq!(ran.load(Ordering::SeqCst), 50);
     let refused = timer.schedule(Duration::ZERO, || {});
@@ -166,7 +166,7 @@ fn max_pending_is_an_error_not_a_drop() {
     let Err(ScheduleError::Full(callback)) = refused else {
         panic!("expected Full");
     };
-    callback(); // handed back intact
+    callback.run(); // handed back intact
     rx.recv().unwrap();
     assert!(timer.cancel(handles[0]));
     assert!(timer.schedule(Duration::from_secs(60), || {}).is_ok());
