@@ -36,11 +36,11 @@ trait Timeouts: Send + Sync + 'static {
     fn new() -> Self;
 
     /// `Some(output)` if `work` finished within `limit`, `None` if the limit came first.
-    fn timeout<'a, F: Future + Send + 'a>(
-        &'a self,
+    fn timeout<F: Future + Send>(
+        &self,
         limit: Duration,
         work: F,
-    ) -> impl Future<Output = Option<F::Output>> + Send + 'a;
+    ) -> impl Future<Output = Option<F::Output>> + Send;
 }
 
 struct Shardwheel(Timer);
@@ -52,12 +52,8 @@ impl Timeouts for Shardwheel {
         Shardwheel(Timer::builder().build().expect("timer"))
     }
 
-    fn timeout<'a, F: Future + Send + 'a>(
-        &'a self,
-        limit: Duration,
-        work: F,
-    ) -> impl Future<Output = Option<F::Output>> + Send + 'a {
-        async move { self.0.timeout(limit, work).await.ok() }
+    async fn timeout<F: Future + Send>(&self, limit: Duration, work: F) -> Option<F::Output> {
+        self.0.timeout(limit, work).await.ok()
     }
 }
 
@@ -70,12 +66,8 @@ impl Timeouts for TokioTimeout {
         TokioTimeout
     }
 
-    fn timeout<'a, F: Future + Send + 'a>(
-        &'a self,
-        limit: Duration,
-        work: F,
-    ) -> impl Future<Output = Option<F::Output>> + Send + 'a {
-        async move { tokio::time::timeout(limit, work).await.ok() }
+    async fn timeout<F: Future + Send>(&self, limit: Duration, work: F) -> Option<F::Output> {
+        tokio::time::timeout(limit, work).await.ok()
     }
 }
 
@@ -89,12 +81,8 @@ impl Timeouts for NoTimeout {
         NoTimeout
     }
 
-    fn timeout<'a, F: Future + Send + 'a>(
-        &'a self,
-        _limit: Duration,
-        work: F,
-    ) -> impl Future<Output = Option<F::Output>> + Send + 'a {
-        async move { Some(work.await) }
+    async fn timeout<F: Future + Send>(&self, _limit: Duration, work: F) -> Option<F::Output> {
+        Some(work.await)
     }
 }
 
