@@ -177,6 +177,10 @@ impl<'a> Sleep<'a> {
         if let Some(armed) = self.armed.take() {
             armed.shared.settle(ABANDONED);
             self.timer.cancel(armed.handle);
+            // The waker is dropped here, where its task runs, rather than by the reaper
+            // with the cancelled callback: the task's reference count stays in this core's
+            // cache.
+            drop(armed.shared.waker.take());
         }
     }
 }
