@@ -34,6 +34,7 @@ mod clock;
 mod error;
 mod handle;
 mod inbox;
+mod scheduler;
 mod shard;
 mod slab;
 mod sleep;

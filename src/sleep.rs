@@ -138,7 +138,7 @@ impl<'a> Sleep<'a> {
 
     /// `Due` for a deadline, by a reading of the clock.
     fn due_at(timer: &Timer, deadline: u64) -> Due {
-        if deadline <= timer.now() {
+        if deadline <= timer.scheduler().now() {
             Due::Passed
         } else {
             Due::At(deadline)
@@ -149,11 +149,17 @@ impl<'a> Sleep<'a> {
     /// completes again once the new deadline passes. A pending timer is moved in place
     /// (O(1), same timer); one that has fired is replaced at the next poll.
     pub fn reset(&mut self, deadline: Instant) {
-        self.due = Self::due_at(self.timer, self.timer.deadline_at(deadline));
+        self.due = Self::due_at(self.timer, self.timer.scheduler().deadline_at(deadline));
         if let (Some(armed), Due::At(deadline)) = (&self.armed, self.due) {
             // A timer that has not fired yet moves; a reset that finds it fired (or firing)
             // fails, and the next poll schedules a new one.
-            if armed.shared.is_waiting() && self.timer.reset_due(armed.handle, deadline).is_ok() {
+            if armed.shared.is_waiting()
+                && self
+                    .timer
+                    .scheduler()
+                    .reset_due(armed.handle, deadline)
+                    .is_ok()
+            {
                 return;
             }
         }
@@ -165,7 +171,7 @@ impl<'a> Sleep<'a> {
         match &self.armed {
             Some(armed) => armed.shared.state.load(Ordering::Relaxed) == FIRED,
             None => match self.due {
-                Due::At(deadline) => deadline <= self.timer.now(),
+                Due::At(deadline) => deadline <= self.timer.scheduler().now(),
                 Due::AfterFirstPoll(_) => false,
                 Due::Passed => true,
             },
@@ -176,7 +182,7 @@ impl<'a> Sleep<'a> {
     fn disarm(&mut self) {
         if let Some(armed) = self.armed.take() {
             armed.shared.settle(ABANDONED);
-            self.timer.cancel(armed.handle);
+            self.timer.scheduler().cancel(armed.handle);
             // The waker is dropped here, where its task runs, rather than by the reaper
             // with the cancelled callback: the task's reference count stays in this core's
             // cache.
@@ -198,7 +204,7 @@ impl Future for Sleep<'_> {
         let deadline = match this.due {
             Due::At(deadline) => deadline,
             Due::AfterFirstPoll(delay) if !delay.is_zero() => {
-                let deadline = this.timer.deadline_after(delay);
+                let deadline = this.timer.scheduler().deadline_after(delay);
                 this.due = Due::At(deadline);
                 deadline
             }
@@ -214,7 +220,11 @@ impl Future for Sleep<'_> {
         // Before the timer exists, so that its fire finds the waker.
         shared.waker.register(cx.waker());
         let alarm = Alarm(Arc::clone(&shared));
-        match this.timer.insert_due(deadline, Callback::wake(alarm)) {
+        match this
+            .timer
+            .scheduler()
+            .insert_due(deadline, Callback::wake(alarm))
+        {
             Ok(handle) => {
                 this.armed = Some(Armed { handle, shared });
                 Poll::Pending
@@ -298,12 +308,15 @@ impl Timer {
         if delay.is_zero() {
             return Sleep::new(self, Due::Passed);
         }
-        Sleep::new(self, Due::At(self.deadline_after(delay)))
+        Sleep::new(self, Due::At(self.scheduler().deadline_after(delay)))
     }
 
     /// A future that completes at `deadline` (at its first poll if that has passed).
     pub fn sleep_until(&self, deadline: Instant) -> Sleep<'_> {
-        Sleep::new(self, Sleep::due_at(self, self.deadline_at(deadline)))
+        Sleep::new(
+            self,
+            Sleep::due_at(self, self.scheduler().deadline_at(deadline)),
+        )
     }
 
     /// Runs `future` for at most `delay` from its first poll (see [`Timeout`]).

@@ -9,11 +9,11 @@ use crate::callback::Callback;
 use crate::clock::{self, Clock};
 use crate::error::{AdvanceError, BuildError, ScheduleError, StaleHandle};
 use crate::handle::TimerHandle;
-use crate::shard::{Refused, Shard};
+use crate::scheduler::Scheduler;
+use crate::shard::Shard;
 use crate::stats::Stats;
 use crate::wheel::Wheel;
-use std::cell::Cell;
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, TryLockError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -182,15 +182,10 @@ impl Builder {
                 wheels: (0..self.shards).map(|_| Wheel::new()).collect(),
                 handler: Box::new(handler),
             };
-            let driver = Driver::Manual {
-                elapsed_nanos: AtomicU64::new(0),
-                state: Mutex::new(Some(manual)),
-            };
+            let elapsed = Arc::new(AtomicU64::new(0));
             return Ok(Timer {
-                id,
-                shards,
-                clock,
-                driver,
+                scheduler: Scheduler::new(id, shards, clock, Some(elapsed)),
+                driver: Driver::Manual(Mutex::new(Some(manual))),
             });
         }
         let cores = if self.pin_threads {
@@ -223,9 +218,7 @@ impl Builder {
             }
         }
         let timer = Timer {
-            id,
-            shards,
-            clock,
+            scheduler: Scheduler::new(id, shards, clock, None),
             driver: Driver::Reapers(Mutex::new(reapers)),
         };
         match failure {
@@ -240,13 +233,9 @@ impl Builder {
 enum Driver<T> {
     /// A reaper thread per shard; their join handles until shutdown.
     Reapers(Mutex<Vec<JoinHandle<Vec<T>>>>),
-    /// The caller, through [`Timer::advance`].
-    Manual {
-        /// Time since the start, moved only by `advance`: what the clock reads.
-        elapsed_nanos: AtomicU64,
-        /// `None` once shut down.
-        state: Mutex<Option<Manual<T>>>,
-    },
+    /// The caller, through [`Timer::advance`] (which moves the scheduler's manual time);
+    /// `None` once shut down.
+    Manual(Mutex<Option<Manual<T>>>),
 }
 
 /// What a reaper thread would own, kept by a manual timer for `advance` to use.
@@ -257,14 +246,6 @@ struct Manual<T> {
 
 /// Ids that tell one timer's handles from another's.
 static NEXT_TIMER_ID: AtomicU32 = AtomicU32::new(0);
-/// Hands producer threads out to shards round-robin.
-static NEXT_PRODUCER: AtomicUsize = AtomicUsize::new(0);
-
-thread_local! {
-    /// This thread's shard, modulo the shard count: assigned once, kept after.
-    static PRODUCER: Cell<Option<usize>> = const { Cell::new(None) };
-}
-
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     // The lock guards join handles only; a panic while holding it leaves them usable.
     mutex
@@ -310,9 +291,7 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// one compare-and-swap on the slot's state word. See the `shard`, `inbox` and `slots`
 /// module docs.
 pub struct Timer<T: Send + 'static = Callback> {
-    id: u32,
-    shards: Arc<[Shard<T>]>,
-    clock: Clock,
+    scheduler: Scheduler<T>,
     driver: Driver<T>,
 }
 
@@ -363,7 +342,8 @@ impl<T: Send + 'static> Timer<T> {
     /// [`ScheduleError::Full`] beyond `max_pending`, [`ScheduleError::Shutdown`] after
     /// shutdown; both hand the payload back.
     pub fn insert(&self, delay: Duration, payload: T) -> Result<TimerHandle, ScheduleError<T>> {
-        self.insert_due(self.deadline_after(delay), payload)
+        self.scheduler
+            .insert_due(self.scheduler.deadline_after(delay), payload)
     }
 
     /// Schedules a timer carrying `payload`, due at `instant` (at once if it has passed).
@@ -372,66 +352,20 @@ impl<T: Send + 'static> Timer<T> {
     ///
     /// As [`insert`](Self::insert).
     pub fn insert_at(&self, instant: Instant, payload: T) -> Result<TimerHandle, ScheduleError<T>> {
-        self.insert_due(self.deadline_at(instant), payload)
+        self.scheduler
+            .insert_due(self.scheduler.deadline_at(instant), payload)
     }
 
-    /// Now, in nanoseconds since the timer started, by its clock (real or manual).
-    pub(crate) fn now(&self) -> u64 {
-        match &self.driver {
-            Driver::Reapers(_) => self.clock.elapsed(),
-            // Relaxed: a reading of the time; an advance racing it may or may not count.
-            Driver::Manual { elapsed_nanos, .. } => elapsed_nanos.load(Ordering::Relaxed),
-        }
-    }
-
-    /// The deadline of a timer `delay` from now, by this timer's clock.
-    pub(crate) fn deadline_after(&self, delay: Duration) -> u64 {
-        self.now().saturating_add(clock::nanos(delay))
-    }
-
-    /// The deadline of a timer due at `instant`.
-    pub(crate) fn deadline_at(&self, instant: Instant) -> u64 {
-        self.clock.deadline_at(instant)
-    }
-
-    pub(crate) fn insert_due(
-        &self,
-        deadline: u64,
-        payload: T,
-    ) -> Result<TimerHandle, ScheduleError<T>> {
-        let shard = self.producer_shard();
-        match self.shards[shard].schedule(deadline, payload) {
-            Ok((slot, generation)) => Ok(TimerHandle::new(self.id, shard as u32, slot, generation)),
-            Err(Refused::Full(payload)) => Err(ScheduleError::Full(payload)),
-            Err(Refused::Closed(payload)) => Err(ScheduleError::Shutdown(payload)),
-        }
-    }
-
-    fn producer_shard(&self) -> usize {
-        PRODUCER.with(|producer| {
-            let index = producer.get().unwrap_or_else(|| {
-                let index = NEXT_PRODUCER.fetch_add(1, Ordering::Relaxed);
-                producer.set(Some(index));
-                index
-            });
-            index % self.shards.len()
-        })
-    }
-
-    /// This timer's shard that `handle` names, if it is one of this timer's handles.
-    fn shard_of(&self, handle: TimerHandle) -> Option<&Shard<T>> {
-        if handle.timer() != self.id {
-            return None;
-        }
-        self.shards.get(handle.shard() as usize)
+    /// What schedules, cancels and resets this timer's timers.
+    pub(crate) fn scheduler(&self) -> &Scheduler<T> {
+        &self.scheduler
     }
 
     /// Cancels a timer: true if it was pending and now will never run; false if it already
     /// ran or is running, was cancelled, or the handle is not this timer's. O(1), lock-free,
     /// from any thread; the slot is freed by the next reaper pass, which a cancel starts.
     pub fn cancel(&self, handle: TimerHandle) -> bool {
-        self.shard_of(handle)
-            .is_some_and(|shard| shard.cancel(handle.slot(), handle.generation()))
+        self.scheduler.cancel(handle)
     }
 
     /// Moves a pending timer to `delay` from now, keeping its handle and payload: the
@@ -446,7 +380,8 @@ impl<T: Send + 'static> Timer<T> {
     /// [`StaleHandle`] if the timer already ran or is running, was cancelled, or the handle
     /// is not this timer's; nothing changes then.
     pub fn reset(&self, handle: TimerHandle, delay: Duration) -> Result<(), StaleHandle> {
-        self.reset_due(handle, self.deadline_after(delay))
+        self.scheduler
+            .reset_due(handle, self.scheduler.deadline_after(delay))
     }
 
     /// Moves a pending timer to `instant`, as [`reset`](Self::reset) does.
@@ -455,26 +390,19 @@ impl<T: Send + 'static> Timer<T> {
     ///
     /// As [`reset`](Self::reset).
     pub fn reset_at(&self, handle: TimerHandle, instant: Instant) -> Result<(), StaleHandle> {
-        self.reset_due(handle, self.deadline_at(instant))
-    }
-
-    pub(crate) fn reset_due(&self, handle: TimerHandle, deadline: u64) -> Result<(), StaleHandle> {
-        let shard = self.shard_of(handle).ok_or(StaleHandle)?;
-        shard
-            .reset(handle.slot(), handle.generation(), deadline)
-            .then_some(())
-            .ok_or(StaleHandle)
+        self.scheduler
+            .reset_due(handle, self.scheduler.deadline_at(instant))
     }
 
     /// Timers scheduled and not yet fired or cancelled.
     pub fn pending(&self) -> usize {
-        self.shards.iter().map(Shard::pending).sum()
+        self.scheduler.shards().iter().map(Shard::pending).sum()
     }
 
     /// Callbacks (or handler calls, or payload drops) that panicked; each was caught and
     /// its shard went on.
     pub fn panicked(&self) -> u64 {
-        self.shards.iter().map(Shard::panicked).sum()
+        self.scheduler.shards().iter().map(Shard::panicked).sum()
     }
 
     /// A snapshot of the counts and the lateness histogram, merged over the shards (see
@@ -482,7 +410,7 @@ impl<T: Send + 'static> Timer<T> {
     /// without contention otherwise.
     pub fn stats(&self) -> Stats {
         let mut stats = Stats::new();
-        for shard in self.shards.iter() {
+        for shard in self.scheduler.shards().iter() {
             stats.merge(&shard.stats());
         }
         stats
@@ -490,7 +418,7 @@ impl<T: Send + 'static> Timer<T> {
 
     /// The number of shards (and reaper threads).
     pub fn shards(&self) -> usize {
-        self.shards.len()
+        self.scheduler.shards().len()
     }
 
     /// Moves a [manual](Builder::manual) timer's time forward by `by` and runs what
@@ -505,10 +433,8 @@ impl<T: Send + 'static> Timer<T> {
     /// [`AdvanceError::Busy`] if another `advance` runs meanwhile (a callback calling it,
     /// or another thread).
     pub fn advance(&self, by: Duration) -> Result<(), AdvanceError> {
-        let Driver::Manual {
-            elapsed_nanos,
-            state,
-        } = &self.driver
+        let (Driver::Manual(state), Some(elapsed_nanos)) =
+            (&self.driver, self.scheduler.manual_elapsed())
         else {
             return Err(AdvanceError::NotManual);
         };
@@ -527,8 +453,8 @@ impl<T: Send + 'static> Timer<T> {
             .load(Ordering::Relaxed)
             .saturating_add(clock::nanos(by));
         elapsed_nanos.store(elapsed, Ordering::Relaxed);
-        let now = self.clock.tick_at(elapsed);
-        for (shard, wheel) in self.shards.iter().zip(&mut manual.wheels) {
+        let now = self.scheduler.clock().tick_at(elapsed);
+        for (shard, wheel) in self.scheduler.shards().iter().zip(&mut manual.wheels) {
             shard.pass(wheel, now, &|| elapsed, &*manual.handler);
         }
         Ok(())
@@ -539,7 +465,7 @@ impl<T: Send + 'static> Timer<T> {
     /// it again returns nothing more. Dropping the timer shuts it down and drops them.
     /// (Calling it from one of the timer's own callbacks would wait for itself: don't.)
     pub fn shutdown(&self) -> Vec<T> {
-        for shard in self.shards.iter() {
+        for shard in self.scheduler.shards().iter() {
             shard.stop();
         }
         match &self.driver {
@@ -550,9 +476,10 @@ impl<T: Send + 'static> Timer<T> {
                     .flat_map(|reaper| reaper.join().unwrap_or_default())
                     .collect()
             }
-            Driver::Manual { state, .. } => match lock(state).take() {
+            Driver::Manual(state) => match lock(state).take() {
                 Some(mut manual) => self
-                    .shards
+                    .scheduler
+                    .shards()
                     .iter()
                     .zip(&mut manual.wheels)
                     .flat_map(|(shard, wheel)| shard.wind_up(wheel))
@@ -572,7 +499,7 @@ impl<T: Send + 'static> Drop for Timer<T> {
 impl<T: Send + 'static> std::fmt::Debug for Timer<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Timer")
-            .field("shards", &self.shards.len())
+            .field("shards", &self.scheduler.shards().len())
             .field("pending", &self.pending())
             .finish()
     }
