@@ -199,3 +199,26 @@ impl std::error::Error for TimeoutError {
         }
     }
 }
+
+/// Why [`Timer::schedule_periodic`](crate::Timer::schedule_periodic) refused a series.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PeriodicError {
+    /// The period is zero: the series would run without end at one instant.
+    ZeroPeriod,
+    /// `max_pending` timers are pending.
+    Full,
+    /// The timer was shut down.
+    Shutdown,
+}
+
+impl fmt::Display for PeriodicError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            PeriodicError::ZeroPeriod => "a periodic timer's period must be longer than zero",
+            PeriodicError::Full => "too many pending timers (max_pending reached)",
+            PeriodicError::Shutdown => "the timer was shut down",
+        })
+    }
+}
+
+impl std::error::Error for PeriodicError {}

@@ -34,6 +34,7 @@ mod clock;
 mod error;
 mod handle;
 mod inbox;
+mod periodic;
 mod scheduler;
 mod shard;
 mod slab;
@@ -54,7 +55,8 @@ pub mod loom_api {
 }
 
 pub use error::{
-    AdvanceError, BuildError, Full, ScheduleError, SleepError, StaleHandle, StaleKey, TimeoutError,
+    AdvanceError, BuildError, Full, PeriodicError, ScheduleError, SleepError, StaleHandle,
+    StaleKey, TimeoutError,
 };
 
 /// The README's example, compiled and run as a doc test.
@@ -63,6 +65,7 @@ pub use error::{
 pub struct ReadmeDoctests;
 pub use callback::Callback;
 pub use handle::{Key, TimerHandle};
+pub use periodic::{Period, Periodic};
 pub use sleep::{Sleep, Timeout};
 pub use stats::Stats;
 pub use timer::{Builder, Timer};
