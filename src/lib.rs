@@ -35,6 +35,7 @@ mod error;
 mod handle;
 mod inbox;
 mod periodic;
+pub mod purgatory;
 mod scheduler;
 mod shard;
 mod slab;
