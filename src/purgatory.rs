@@ -70,11 +70,14 @@ impl<O: DelayedOperation> Entry<O> {
     }
 }
 
+/// One shard's watcher lists.
+type Lists<K, O> = HashMap<K, Vec<Arc<Entry<O>>>>;
+
 /// Watcher lists: key to the operations watched under it, in shards so that events on
 /// different keys seldom take the same lock. Shared with the timer's expiry handler, which
 /// purges them as Kafka's expiration reaper does.
 struct Watchers<K, O> {
-    shards: Box<[Mutex<HashMap<K, Vec<Arc<Entry<O>>>>>]>,
+    shards: Box<[Mutex<Lists<K, O>>]>,
     hasher: RandomState,
     /// Operations completed (by events or expiry) since the last purge.
     completed_since_purge: AtomicUsize,
@@ -85,7 +88,7 @@ struct Watchers<K, O> {
 const WATCHER_SHARDS: usize = 64;
 
 impl<K: Hash + Eq, O: DelayedOperation> Watchers<K, O> {
-    fn shard(&self, key: &K) -> MutexGuard<'_, HashMap<K, Vec<Arc<Entry<O>>>>> {
+    fn shard(&self, key: &K) -> MutexGuard<'_, Lists<K, O>> {
         let index = self.hasher.hash_one(key) as usize & (WATCHER_SHARDS - 1);
         // No user code runs under these locks, so a poisoned one still holds valid lists.
         self.shards[index]
@@ -278,21 +281,18 @@ impl<K: Hash + Eq + Send + Sync + 'static, O: DelayedOperation> Purgatory<K, O> 
                 !entry.is_completed() && entry.op.try_complete() && self.complete(entry)
             })
             .count();
-        let removed = {
-            let mut shard = self.watchers.shard(key);
-            let removed = match shard.get_mut(key) {
-                Some(list) => {
-                    let removed: Vec<_> =
-                        list.extract_if(.., |entry| entry.is_completed()).collect();
-                    if list.is_empty() {
-                        shard.remove(key);
-                    }
-                    removed
+        let mut shard = self.watchers.shard(key);
+        let removed: Vec<_> = match shard.get_mut(key) {
+            Some(list) => {
+                let removed = list.extract_if(.., |entry| entry.is_completed()).collect();
+                if list.is_empty() {
+                    shard.remove(key);
                 }
-                None => Vec::new(),
-            };
-            removed
+                removed
+            }
+            None => Vec::new(),
         };
+        drop(shard);
         // Dropped with no lock held: the last reference drops the operation, user code.
         drop((watched, removed));
         completed
