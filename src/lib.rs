@@ -5,10 +5,17 @@
 //! fire must fire on time. shardwheel is built on a hierarchical timing wheel whose
 //! operations are O(1) whatever the number of pending timers.
 //!
-//! This release has the single-threaded core, [`Wheel`]: insert, cancel and reset in O(1)
-//! with generation-checked [`Key`]s, expiry driven by the caller's clock, and
-//! [`Wheel::next_deadline`] to know how long to sleep. The sharded multi-threaded engine is
-//! built on it.
+//! - [`Timer`]: the sharded engine. One shard and one reaper thread per core; schedule,
+//!   cancel and reset from any thread, lock-free, in O(1); callbacks (or, for
+//!   [`Timer<T>`], one handler with a payload per timer) run once on the reaper, never
+//!   early; the reapers sleep until the next due bucket. [`Timer::stats`] tells how late
+//!   timers fired.
+//! - On the same engine: [`Timer::sleep`], [`Timer::sleep_until`] and [`Timer::timeout`],
+//!   futures for any executor; periodic timers ([`Timer::schedule_periodic`]); and
+//!   [`purgatory`], Kafka's delayed-operation purgatory.
+//! - [`Wheel`]: the single-threaded core on its own: insert, cancel and reset in O(1) with
+//!   generation-checked [`Key`]s, expiry driven by the caller's clock, and
+//!   [`Wheel::next_deadline`] to know how long to sleep.
 //!
 //! ```
 //! use shardwheel::Wheel;
@@ -27,7 +34,9 @@
 //! ```
 //!
 //! The modules, each in its own file: `wheel` (levels, buckets, the bucket heap), `slab`
-//! (entries and generations), `handle` (keys), `error`.
+//! (entries and generations), `handle` (keys), `timer` (the engine's API), `scheduler`,
+//! `shard` (a shard and its reaper), `slots` (the shared slab of timer slots), `inbox`,
+//! `wakeup` (the park handshake), `sleep`, `periodic`, `purgatory`, `stats`, `error`.
 
 mod callback;
 mod clock;
