@@ -62,6 +62,7 @@ mod wheel;
 #[doc(hidden)]
 pub mod loom_api {
     pub use crate::shard::{Refused, Shard};
+    pub use crate::sleep::Shared as SleepShared;
 }
 
 pub use error::{

@@ -14,13 +14,12 @@
 use crate::callback::Callback;
 use crate::error::{SleepError, TimeoutError};
 use crate::handle::TimerHandle;
+use crate::sync::{AtomicU8, AtomicWaker, Ordering};
 use crate::timer::Timer;
-use atomic_waker::AtomicWaker;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, Ordering};
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 /// `Shared::state`: the timer has not ended yet.
@@ -32,13 +31,35 @@ const GONE: u8 = 2;
 /// The sleep let go of this timer (dropped, or re-armed on a new one): wake nobody.
 const ABANDONED: u8 = 3;
 
-/// What a sleep and its timer's callback share.
-struct Shared {
+/// What a sleep and its timer's callback share. Public only for the loom models (through
+/// `loom_api`).
+#[derive(Debug)]
+pub struct Shared {
     state: AtomicU8,
     waker: AtomicWaker,
 }
 
+impl Default for Shared {
+    fn default() -> Self {
+        Shared {
+            state: AtomicU8::new(WAITING),
+            waker: AtomicWaker::new(),
+        }
+    }
+}
+
 impl Shared {
+    /// The timer fired: the sleep is over; wakes its task.
+    pub fn fire(&self) {
+        self.settle(FIRED);
+    }
+
+    /// The sleep lets go of its timer: wakes nobody, now or later; gives its waker back.
+    pub fn abandon(&self) -> Option<Waker> {
+        self.settle(ABANDONED);
+        self.waker.take()
+    }
+
     fn is_waiting(&self) -> bool {
         // Relaxed: a hint; the reset that follows decides.
         self.state.load(Ordering::Relaxed) == WAITING
@@ -60,7 +81,7 @@ impl Shared {
     }
 
     /// How the wait ended, if it has, from a task polling with `cx`.
-    fn poll(&self, cx: &mut Context<'_>) -> Poll<Result<(), SleepError>> {
+    pub fn poll(&self, cx: &mut Context<'_>) -> Poll<Result<(), SleepError>> {
         let ended = |state| match state {
             FIRED => Poll::Ready(Ok(())),
             GONE => Poll::Ready(Err(SleepError::Shutdown)),
@@ -81,7 +102,7 @@ pub(crate) struct Alarm(Arc<Shared>);
 
 impl Alarm {
     pub(crate) fn ring(self) {
-        self.0.settle(FIRED);
+        self.0.fire();
     }
 }
 
@@ -181,12 +202,12 @@ impl<'a> Sleep<'a> {
     /// Lets go of the timer: wakes nobody any more, and cancels it if it is pending.
     fn disarm(&mut self) {
         if let Some(armed) = self.armed.take() {
-            armed.shared.settle(ABANDONED);
+            let waker = armed.shared.abandon();
             self.timer.scheduler().cancel(armed.handle);
             // The waker is dropped here, where its task runs, rather than by the reaper
             // with the cancelled callback: the task's reference count stays in this core's
             // cache.
-            drop(armed.shared.waker.take());
+            drop(waker);
         }
     }
 }
@@ -213,10 +234,7 @@ impl Future for Sleep<'_> {
                 return Poll::Ready(Ok(()));
             }
         };
-        let shared = Arc::new(Shared {
-            state: AtomicU8::new(WAITING),
-            waker: AtomicWaker::new(),
-        });
+        let shared = Arc::new(Shared::default());
         // Before the timer exists, so that its fire finds the waker.
         shared.waker.register(cx.waker());
         let alarm = Alarm(Arc::clone(&shared));
@@ -231,7 +249,7 @@ impl Future for Sleep<'_> {
             }
             Err(refused) => {
                 // The refused callback is dropped here: nobody is to be woken by it.
-                shared.settle(ABANDONED);
+                shared.abandon();
                 Poll::Ready(Err(refused.into()))
             }
         }
