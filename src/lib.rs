@@ -40,6 +40,7 @@
 
 mod callback;
 mod clock;
+mod due;
 mod error;
 mod handle;
 mod inbox;
@@ -61,6 +62,7 @@ mod wheel;
 #[cfg(loom)]
 #[doc(hidden)]
 pub mod loom_api {
+    pub use crate::due::Due;
     pub use crate::shard::{Refused, Shard};
     pub use crate::sleep::Shared as SleepShared;
 }

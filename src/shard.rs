@@ -18,6 +18,7 @@
 //! producers make no system call at all.
 
 use crate::clock::{self, Clock};
+use crate::due::{Due, Near};
 use crate::inbox::{Closed, Inbox};
 use crate::slab::NIL;
 use crate::slots::{
@@ -26,7 +27,6 @@ use crate::slots::{
 use crate::stats::ShardStats;
 use crate::sync::{self, AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use crate::wakeup::Wakeup;
-use crate::wheel::Wheel;
 use crossbeam_utils::CachePadded;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -70,6 +70,9 @@ pub struct Shard<T> {
     tick_nanos: u64,
     /// Whether fired timers' lateness goes into the stats.
     record_lateness: bool,
+    /// Whether timers fire at their exact deadline (see `due`), or at the start of the
+    /// first tick at or after it.
+    exact: bool,
     stopping: AtomicBool,
     panicked: AtomicU64,
     /// The reaper's counts; see `stats`. (A std lock: it is not part of any protocol the
@@ -87,8 +90,9 @@ struct ProducerCounts {
 
 impl<T> Shard<T> {
     /// A shard holding at most `max_pending` timers, its wheel in ticks of `tick_nanos`
-    /// nanoseconds (at least 1), recording lateness if `record_lateness`.
-    pub fn new(max_pending: usize, tick_nanos: u64, record_lateness: bool) -> Self {
+    /// nanoseconds (at least 1), recording lateness if `record_lateness`, firing timers at
+    /// their exact deadlines if `exact`.
+    pub fn new(max_pending: usize, tick_nanos: u64, record_lateness: bool, exact: bool) -> Self {
         Shard {
             slots: Slots::new(),
             inbox: CachePadded::new(Inbox::new()),
@@ -102,6 +106,7 @@ impl<T> Shard<T> {
             max_pending,
             tick_nanos: tick_nanos.max(1),
             record_lateness,
+            exact,
             stopping: AtomicBool::new(false),
             panicked: AtomicU64::new(0),
         }
@@ -286,23 +291,33 @@ impl<T> Shard<T> {
     /// returns the payloads of the timers still pending then.
     pub(crate) fn run(&self, clock: &Clock, handler: &(dyn Fn(T) + Sync)) -> Vec<T> {
         self.register_reaper();
-        let mut wheel = Wheel::new();
+        let mut due = Due::new();
         loop {
             let now = clock.now();
             // While cancels keep coming, the reaper wakes every `TIDY_INTERVAL` to free
             // them in batches, and cancellers leave it be; once a pass finds none, it
             // sleeps until its next deadline, and the next cancel wakes it.
-            let tidying = self.pass(&mut wheel, now, &|| clock.elapsed(), handler);
+            let tidying = self.pass(&mut due, now, &|| clock.elapsed(), handler);
             // Relaxed: the flag carries no data; `may_sleep` orders the last look.
             if self.stopping.load(Ordering::Relaxed) {
                 break;
             }
-            let next = wheel.next_deadline();
+            let next = due.wheel.next_deadline();
             if next.is_some_and(|tick| tick <= now) {
                 continue;
             }
-            if self.may_sleep(next.unwrap_or(u64::MAX), tidying) {
-                let until_next = next.map(|tick| clock.until(tick));
+            // The start of the next due tick, or the earliest exact deadline held.
+            let next_tick = next.map(|tick| tick.saturating_mul(self.tick_nanos));
+            let wake_at = match (next_tick, due.next_near()) {
+                (Some(tick), Some(near)) => Some(tick.min(near)),
+                (tick, near) => tick.or(near),
+            };
+            if wake_at.is_some_and(|at| at <= clock.elapsed()) {
+                continue;
+            }
+            if self.may_sleep(wake_at.unwrap_or(u64::MAX), tidying) {
+                let until_next =
+                    wake_at.map(|at| Duration::from_nanos(at.saturating_sub(clock.elapsed())));
                 match (until_next, tidying) {
                     (Some(wait), false) => sync::park_timeout(wait),
                     (Some(wait), true) => sync::park_timeout(wait.min(TIDY_INTERVAL)),
@@ -311,7 +326,7 @@ impl<T> Shard<T> {
                 }
             }
         }
-        self.wind_up(&mut wheel)
+        self.wind_up(&mut due)
     }
 
     /// Makes the calling thread the one producers unpark. The reaper calls it once, first.
@@ -325,7 +340,7 @@ impl<T> Shard<T> {
     /// resets).
     pub fn pass(
         &self,
-        wheel: &mut Wheel<u32>,
+        due: &mut Due,
         now: u64,
         elapsed: &dyn Fn() -> u64,
         handler: &(dyn Fn(T) + Sync),
@@ -335,36 +350,38 @@ impl<T> Shard<T> {
         // What is due already fires first, and again after every batch of messages: a
         // long backlog (the reaper fell behind) must not hold up timers already in the
         // wheel, and the time moves on meanwhile.
-        self.fire_due(wheel, now, elapsed, handler, &mut freed);
+        self.fire_due(due, now, elapsed, handler, &mut freed);
         let mut now = now;
-        let mut catch_up = |wheel: &mut Wheel<u32>, freed: &mut Freed| {
+        let mut catch_up = |due: &mut Due, freed: &mut Freed| {
             now = now.max(clock::tick_at(elapsed(), self.tick_nanos));
-            self.fire_due(wheel, now, elapsed, handler, freed);
+            self.fire_due(due, now, elapsed, handler, freed);
         };
         // Changes first, then arrivals: see the module doc.
         let changes = self.changes.take_all();
         let arrivals = self.inbox.take_all();
-        let arrived = self.arrive(wheel, arrivals, &mut freed, &mut catch_up);
-        let (changed, cancelled) = self.apply_changes(wheel, changes, &mut freed, &mut catch_up);
-        catch_up(wheel, &mut freed);
+        let arrived = self.arrive(due, arrivals, &mut freed, &mut catch_up);
+        let (changed, cancelled) = self.apply_changes(due, changes, &mut freed, &mut catch_up);
+        catch_up(due, &mut freed);
         self.slots.recycle(&mut freed);
         let mut stats = self.reaper_stats();
         stats.pass(arrived, changed);
         stats.cancelled += cancelled;
-        stats.cascaded = wheel.cascaded();
+        stats.cascaded = due.wheel.cascaded();
         changes != NIL
     }
 
-    /// Fires every timer in the wheel due at tick `now`.
+    /// Fires every timer due at tick `now`: with exact deadlines, those whose deadline has
+    /// passed by `elapsed()`, holding the others of the tick until theirs (see `due`).
     fn fire_due(
         &self,
-        wheel: &mut Wheel<u32>,
+        due: &mut Due,
         now: u64,
         elapsed: &dyn Fn() -> u64,
         handler: &(dyn Fn(T) + Sync),
         freed: &mut Freed,
     ) {
-        while let Some(expired) = wheel.poll_expired(now) {
+        let time = if self.exact { elapsed() } else { u64::MAX };
+        while let Some(expired) = due.wheel.poll_expired(now) {
             let index = expired.value;
             let slot = self.slot(index);
             slot.set_wheel_key(None);
@@ -373,31 +390,70 @@ impl<T> Shard<T> {
             // it is current if the claim succeeds (a reset in between makes it fail).
             let (generation, _) = slots::split(slot.state.load(Ordering::Relaxed));
             let deadline = slot.deadline.load(Ordering::Relaxed);
-            match self.claim(index, slot, slots::word(generation, PENDING), freed) {
-                Ok(payload) => {
-                    let late = self
-                        .record_lateness
-                        .then(|| elapsed().saturating_sub(deadline));
-                    self.reaper_stats().fired(late);
-                    self.contain(|| handler(payload));
+            let near = Near {
+                deadline,
+                index,
+                generation,
+            };
+            if deadline > time {
+                due.hold(near);
+            } else {
+                self.fire(due, near, now, elapsed, handler, freed);
+            }
+        }
+        if self.exact {
+            let time = elapsed();
+            while let Some(near) = due.pop_near(time) {
+                let slot = self.slot(near.index);
+                // Moved on since it was held: fired or cancelled (the claim below fails),
+                // or reset (back in the wheel, or held again under its new deadline).
+                // Relaxed: the reaper's own bookkeeping, or a deadline a reset is writing,
+                // which the claim then refuses.
+                if slot.wheel_key().is_none()
+                    && slot.deadline.load(Ordering::Relaxed) == near.deadline
+                {
+                    self.fire(due, near, now, elapsed, handler, freed);
                 }
-                // A reset is on its way: keep the timer in the wheel until it lands, so that
-                // a pending timer is always in the wheel (shutdown finds it there).
-                Err(seen) if slots::split(seen).1 == PENDING => {
-                    self.place(wheel, index, slot, now.saturating_add(1));
-                }
-                // Cancelled: its change frees it.
-                Err(_) => {}
             }
         }
     }
 
-    /// The reaper's side of the park handshake: plans to sleep until `tick` (or, if
+    /// Fires the timer `near` names, if it still stands as it did (see `claim`).
+    fn fire(
+        &self,
+        due: &mut Due,
+        near: Near,
+        now: u64,
+        elapsed: &dyn Fn() -> u64,
+        handler: &(dyn Fn(T) + Sync),
+        freed: &mut Freed,
+    ) {
+        let slot = self.slot(near.index);
+        let expected = slots::word(near.generation, PENDING);
+        match self.claim(near.index, slot, expected, freed) {
+            Ok(payload) => {
+                let late = self
+                    .record_lateness
+                    .then(|| elapsed().saturating_sub(near.deadline));
+                self.reaper_stats().fired(late);
+                self.contain(|| handler(payload));
+            }
+            // A reset is on its way: keep the timer in the wheel until it lands, so that
+            // a pending timer is always in the wheel or held (shutdown finds it there).
+            Err(seen) if slots::split(seen) == (near.generation, PENDING) => {
+                self.place(due, near.index, slot, now.saturating_add(1));
+            }
+            // Cancelled: its change frees it. Or a slot that has moved on.
+            Err(_) => {}
+        }
+    }
+
+    /// The reaper's side of the park handshake: plans to sleep until `wake_at` (nanoseconds
+    /// since the start; or, if
     /// `tidying`, no longer than `TIDY_INTERVAL`), and says whether it may (nothing arrived
     /// meanwhile).
-    pub fn may_sleep(&self, tick: u64, tidying: bool) -> bool {
-        self.wakeup
-            .plan_sleep(tick.saturating_mul(self.tick_nanos), tidying);
+    pub fn may_sleep(&self, wake_at: u64, tidying: bool) -> bool {
+        self.wakeup.plan_sleep(wake_at, tidying);
         self.inbox.is_empty() && self.changes.is_empty() && !self.stopping.load(Ordering::Relaxed)
     }
 
@@ -405,16 +461,16 @@ impl<T> Shard<T> {
     /// `between` after every `BATCH` of them; returns how many arrived.
     fn arrive(
         &self,
-        wheel: &mut Wheel<u32>,
+        due: &mut Due,
         mut at: u32,
         freed: &mut Freed,
-        between: &mut dyn FnMut(&mut Wheel<u32>, &mut Freed),
+        between: &mut dyn FnMut(&mut Due, &mut Freed),
     ) -> u64 {
         let mut arrived = 0;
         while at != NIL {
             arrived += 1;
             if arrived % BATCH == 0 {
-                between(wheel, freed);
+                between(due, freed);
             }
             let slot = self.slot(at);
             let next = slot.link.load(Ordering::Relaxed);
@@ -424,7 +480,7 @@ impl<T> Shard<T> {
             if state == PENDING {
                 // A reset under way may be writing the deadline: either value will do, as
                 // its change moves the timer once it lands.
-                self.place_at_deadline(wheel, at, slot);
+                self.place_at_deadline(due, at, slot);
             }
             at = next;
         }
@@ -432,41 +488,41 @@ impl<T> Shard<T> {
     }
 
     /// Links slot `index` into the wheel at `deadline`, or moves it there if it is in.
-    fn place(&self, wheel: &mut Wheel<u32>, index: u32, slot: &Slot<T>, deadline: u64) {
+    fn place(&self, due: &mut Due, index: u32, slot: &Slot<T>, deadline: u64) {
         let moved = slot
             .wheel_key()
-            .is_some_and(|key| wheel.reset(key, deadline).is_ok());
+            .is_some_and(|key| due.wheel.reset(key, deadline).is_ok());
         if !moved {
-            slot.set_wheel_key(Some(wheel.insert(deadline, index)));
+            slot.set_wheel_key(Some(due.wheel.insert(deadline, index)));
         }
     }
 
     /// Links slot `index` into the wheel, or moves it there, under its deadline's tick.
-    fn place_at_deadline(&self, wheel: &mut Wheel<u32>, index: u32, slot: &Slot<T>) {
+    fn place_at_deadline(&self, due: &mut Due, index: u32, slot: &Slot<T>) {
         // Relaxed: published by the inbox push or the change that brought the slot here.
         let deadline = slot.deadline.load(Ordering::Relaxed);
-        self.place(
-            wheel,
-            index,
-            slot,
-            clock::tick_of(deadline, self.tick_nanos),
-        );
+        let tick = if self.exact {
+            deadline / self.tick_nanos // the tick it falls in; see `due`
+        } else {
+            clock::tick_of(deadline, self.tick_nanos)
+        };
+        self.place(due, index, slot, tick);
     }
 
     /// Applies the cancels and resets on the changes list, with `between` after every
     /// `BATCH` of them; returns how many changes it took, and how many were cancels.
     fn apply_changes(
         &self,
-        wheel: &mut Wheel<u32>,
+        due: &mut Due,
         mut at: u32,
         freed: &mut Freed,
-        between: &mut dyn FnMut(&mut Wheel<u32>, &mut Freed),
+        between: &mut dyn FnMut(&mut Due, &mut Freed),
     ) -> (u64, u64) {
         let (mut changed, mut cancelled) = (0, 0);
         while at != NIL {
             changed += 1;
             if changed % BATCH == 0 {
-                between(wheel, freed);
+                between(due, freed);
             }
             let slot = self.slot(at);
             let next = slot.change_link.load(Ordering::Relaxed);
@@ -479,12 +535,12 @@ impl<T> Shard<T> {
             if word & RESETTING == 0 {
                 match slots::split(word) {
                     (generation, CANCELLED) => {
-                        self.free_cancelled(wheel, at, slot, generation, freed);
+                        self.free_cancelled(due, at, slot, generation, freed);
                         cancelled += 1;
                     }
                     (_, state) => {
                         debug_assert_eq!(state, PENDING, "queued slots do not fire");
-                        self.place_at_deadline(wheel, at, slot);
+                        self.place_at_deadline(due, at, slot);
                     }
                 }
             }
@@ -496,14 +552,14 @@ impl<T> Shard<T> {
     /// Unlinks a cancelled timer from the wheel, drops its payload, frees its slot.
     fn free_cancelled(
         &self,
-        wheel: &mut Wheel<u32>,
+        due: &mut Due,
         index: u32,
         slot: &Slot<T>,
         generation: u32,
         freed: &mut Freed,
     ) {
         if let Some(key) = slot.take_wheel_key() {
-            wheel.cancel(key);
+            due.wheel.cancel(key);
         }
         // SAFETY: the slot was published and then cancelled, and no reset holds it, so its
         // payload is initialised and only this reaper takes it, once, before freeing it.
@@ -552,45 +608,55 @@ impl<T> Shard<T> {
 
     /// At shutdown, after the last pass: refuses new timers and changes, and hands back
     /// every pending payload.
-    pub fn wind_up(&self, wheel: &mut Wheel<u32>) -> Vec<T> {
+    pub fn wind_up(&self, due: &mut Due) -> Vec<T> {
         let changes = self.changes.close();
         let arrivals = self.inbox.close();
         let mut freed = Freed::new();
-        let arrived = self.arrive(wheel, arrivals, &mut freed, &mut |_, _| {});
-        let (_, cancelled) = self.apply_changes(wheel, changes, &mut freed, &mut |_, _| {});
+        let arrived = self.arrive(due, arrivals, &mut freed, &mut |_, _| {});
+        let (_, cancelled) = self.apply_changes(due, changes, &mut freed, &mut |_, _| {});
         {
             // Counted as a pass would, so that the counts add up after shutdown too.
             let mut stats = self.reaper_stats();
             stats.scheduled += arrived;
             stats.cancelled += cancelled;
         }
-        let mut unfired = Vec::new();
-        for expired in wheel.drain_expired(u64::MAX) {
-            let slot = self.slot(expired.value);
-            // A reset that comes now still finds its slot pending, and a cancel still
-            // wins; neither can queue a change any more, so take the slot as it stands.
-            let mut seen = slot.state.load(Ordering::Acquire);
-            loop {
-                if seen & RESETTING != 0 {
-                    // The resetter is between two instructions; it never waits on us.
-                    sync::thread::yield_now();
-                    seen = slot.state.load(Ordering::Acquire);
-                    continue;
-                }
-                if slots::split(seen).1 != PENDING {
-                    break;
-                }
-                match self.claim(expired.value, slot, seen, &mut freed) {
-                    Ok(payload) => {
-                        unfired.push(payload);
-                        break;
-                    }
-                    Err(now_seen) => seen = now_seen,
-                }
-            }
-        }
+        let held: Vec<u32> = due.drain_near().map(|near| near.index).collect();
+        let in_wheel = due
+            .wheel
+            .drain_expired(u64::MAX)
+            .map(|expired| expired.value);
+        let indices: Vec<u32> = held.into_iter().chain(in_wheel).collect();
+        // A timer held and also back in the wheel (reset) is handed back once: the first
+        // claim takes it.
+        let unfired = indices
+            .into_iter()
+            .filter_map(|index| self.hand_back(index, &mut freed))
+            .collect();
         self.slots.recycle(&mut freed);
         unfired
+    }
+
+    /// At shutdown: takes the payload of slot `index` if it is pending.
+    fn hand_back(&self, index: u32, freed: &mut Freed) -> Option<T> {
+        let slot = self.slot(index);
+        // A reset that comes now still finds its slot pending, and a cancel still wins;
+        // neither can queue a change any more, so take the slot as it stands.
+        let mut seen = slot.state.load(Ordering::Acquire);
+        loop {
+            if seen & RESETTING != 0 {
+                // The resetter is between two instructions; it never waits on us.
+                sync::thread::yield_now();
+                seen = slot.state.load(Ordering::Acquire);
+                continue;
+            }
+            if slots::split(seen).1 != PENDING {
+                return None;
+            }
+            match self.claim(index, slot, seen, freed) {
+                Ok(payload) => return Some(payload),
+                Err(now_seen) => seen = now_seen,
+            }
+        }
     }
 
     fn slot(&self, index: u32) -> &Slot<T> {
@@ -613,24 +679,24 @@ mod tests {
     #[test]
     fn payloads_cross_threads_once_each() {
         const PER_PRODUCER: u64 = if cfg!(miri) { 40 } else { 20_000 };
-        let shard: Arc<Shard<Box<u64>>> = Arc::new(Shard::new(usize::MAX, 1, true));
+        let shard: Arc<Shard<Box<u64>>> = Arc::new(Shard::new(usize::MAX, 1, true, true));
         let stop = Arc::new(AtomicBool::new(false));
         let fired = Arc::new(AtomicUsize::new(0));
         let reaper = {
             let (shard, stop, fired) = (Arc::clone(&shard), Arc::clone(&stop), Arc::clone(&fired));
             std::thread::spawn(move || {
-                let mut wheel = Wheel::new();
+                let mut due = Due::new();
                 let mut now = 0;
                 let count = |payload: Box<u64>| {
                     assert!(*payload < 2 * PER_PRODUCER);
                     fired.fetch_add(1, Ordering::Relaxed);
                 };
                 while !stop.load(Ordering::Acquire) {
-                    shard.pass(&mut wheel, now, &|| now, &count);
+                    shard.pass(&mut due, now, &|| now, &count);
                     now += 1;
                 }
-                shard.pass(&mut wheel, now, &|| now, &count);
-                shard.wind_up(&mut wheel).len()
+                shard.pass(&mut due, now, &|| now, &count);
+                shard.wind_up(&mut due).len()
             })
         };
         let producers: Vec<_> = (0..2)

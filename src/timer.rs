@@ -7,12 +7,12 @@
 
 use crate::callback::Callback;
 use crate::clock::{self, Clock};
+use crate::due::Due;
 use crate::error::{AdvanceError, BuildError, ScheduleError, StaleHandle};
 use crate::handle::TimerHandle;
 use crate::scheduler::Scheduler;
 use crate::shard::Shard;
 use crate::stats::Stats;
-use crate::wheel::Wheel;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, TryLockError};
 use std::thread::JoinHandle;
@@ -41,6 +41,7 @@ pub struct Builder {
     max_pending: usize,
     manual: bool,
     record_lateness: bool,
+    exact_deadlines: bool,
 }
 
 impl Default for Builder {
@@ -52,6 +53,7 @@ impl Default for Builder {
             max_pending: usize::MAX,
             manual: false,
             record_lateness: true,
+            exact_deadlines: true,
         }
     }
 }
@@ -63,8 +65,12 @@ impl Builder {
         self
     }
 
-    /// The wheel's resolution: timers fire at most one tick late (plus scheduling delay),
-    /// never early. Default: 1 ms.
+    /// The wheel's resolution. With exact deadlines (the default) a timer fires when its
+    /// deadline passes whatever the tick, and the tick is how finely the wheel sorts timers
+    /// before that; without, a timer fires at the start of the first tick at or after its
+    /// deadline, at most one tick late. Never early, either way; plus the time the reaper
+    /// takes to wake. A finer tick means more cascades and wake-ups, not costlier
+    /// operations. Default: 1 ms.
     pub fn tick(mut self, tick: Duration) -> Self {
         self.tick = tick;
         self
@@ -90,6 +96,15 @@ impl Builder {
     /// way. Default: true.
     pub fn record_lateness(mut self, record: bool) -> Self {
         self.record_lateness = record;
+        self
+    }
+
+    /// Fire each timer when its exact deadline passes (true), or at the start of the first
+    /// tick at or after it (false). Exact deadlines cost a reaper wake-up per distinct
+    /// deadline in place of one per tick, and a small heap of the timers due within the
+    /// current tick; timers cancelled before then cost nothing more. Default: true.
+    pub fn exact_deadlines(mut self, exact: bool) -> Self {
+        self.exact_deadlines = exact;
         self
     }
 
@@ -174,12 +189,19 @@ impl Builder {
         let per_shard = self.max_pending.div_ceil(self.shards);
         let clock = Clock::new(self.tick);
         let shards: Arc<[Shard<T>]> = (0..self.shards)
-            .map(|_| Shard::new(per_shard, clock.tick_nanos(), self.record_lateness))
+            .map(|_| {
+                Shard::new(
+                    per_shard,
+                    clock.tick_nanos(),
+                    self.record_lateness,
+                    self.exact_deadlines,
+                )
+            })
             .collect();
         let id = NEXT_TIMER_ID.fetch_add(1, Ordering::Relaxed);
         if self.manual {
             let manual = Manual {
-                wheels: (0..self.shards).map(|_| Wheel::new()).collect(),
+                reapers: (0..self.shards).map(|_| Due::new()).collect(),
                 handler: Box::new(handler),
             };
             let elapsed = Arc::new(AtomicU64::new(0));
@@ -240,7 +262,8 @@ enum Driver<T> {
 
 /// What a reaper thread would own, kept by a manual timer for `advance` to use.
 struct Manual<T> {
-    wheels: Vec<Wheel<u32>>,
+    /// What each shard's reaper would keep.
+    reapers: Vec<Due>,
     handler: Box<dyn Fn(T) + Send + Sync>,
 }
 
@@ -454,8 +477,8 @@ impl<T: Send + 'static> Timer<T> {
             .saturating_add(clock::nanos(by));
         elapsed_nanos.store(elapsed, Ordering::Relaxed);
         let now = self.scheduler.clock().tick_at(elapsed);
-        for (shard, wheel) in self.scheduler.shards().iter().zip(&mut manual.wheels) {
-            shard.pass(wheel, now, &|| elapsed, &*manual.handler);
+        for (shard, due) in self.scheduler.shards().iter().zip(&mut manual.reapers) {
+            shard.pass(due, now, &|| elapsed, &*manual.handler);
         }
         Ok(())
     }
@@ -481,8 +504,8 @@ impl<T: Send + 'static> Timer<T> {
                     .scheduler
                     .shards()
                     .iter()
-                    .zip(&mut manual.wheels)
-                    .flat_map(|(shard, wheel)| shard.wind_up(wheel))
+                    .zip(&mut manual.reapers)
+                    .flat_map(|(shard, due)| shard.wind_up(due))
                     .collect(),
                 None => Vec::new(),
             },

@@ -41,9 +41,10 @@ proptest! {
     fn the_manual_engine_agrees_with_the_model(
         shards in 1usize..4,
         max_pending in prop_oneof![Just(usize::MAX), 1usize..40],
+        exact in any::<bool>(),
         ops in prop::collection::vec(op(), 0..200),
     ) {
-        let mut harness = Harness::new(shards, max_pending);
+        let mut harness = Harness::new(shards, max_pending, exact);
         for op in &ops {
             if let Err(error) = harness.apply(op) {
                 return Err(TestCaseError::fail(format!("{error} (after {op:?})")));

@@ -108,7 +108,7 @@ fn engine_op(u: &mut Unstructured) -> Result<engine_harness::Op> {
     })
 }
 
-/// Runs a manual engine (shard count and bound from the first bytes) through the
+/// Runs a manual engine (shard count, bound and exact deadlines from the first bytes) through the
 /// operations the rest decodes to, against the model, then shuts it down; panics on the
 /// first disagreement.
 pub fn run_engine(data: &[u8]) {
@@ -118,7 +118,8 @@ pub fn run_engine(data: &[u8]) {
         0 => usize::MAX,
         bound => bound,
     };
-    let mut harness = engine_harness::Harness::new(shards, max_pending);
+    let exact = u.arbitrary::<bool>().unwrap_or(true);
+    let mut harness = engine_harness::Harness::new(shards, max_pending, exact);
     while !u.is_empty() {
         let Ok(op) = engine_op(&mut u) else { break };
         if let Err(error) = harness.apply(&op) {

@@ -7,7 +7,7 @@
 mod support;
 
 use loom::thread;
-use shardwheel::Wheel;
+use shardwheel::loom_api::Due;
 use support::Harness;
 
 #[test]
@@ -19,11 +19,11 @@ fn cancel_racing_fire_has_exactly_one_winner() {
             let h = h.clone();
             thread::spawn(move || h.shard.cancel(slot, generation))
         };
-        let mut wheel = Wheel::new();
-        h.pass(&mut wheel, 0);
+        let mut due = Due::new();
+        h.pass(&mut due, 0);
         let cancelled = canceller.join().unwrap();
         // A second pass frees a slot whose cancel arrived after the first.
-        h.pass(&mut wheel, 0);
+        h.pass(&mut due, 0);
         assert_eq!(
             cancelled,
             h.fired() == 0,
@@ -53,14 +53,14 @@ fn cancel_reset_and_fire_race_and_a_reset_timer_never_fires_at_its_old_deadline(
             let h = h.clone();
             thread::spawn(move || h.shard.reset(slot, generation, 5))
         };
-        let mut wheel = Wheel::new();
-        h.pass(&mut wheel, 0);
+        let mut due = Due::new();
+        h.pass(&mut due, 0);
         let cancelled = canceller.join().unwrap();
         let reset = resetter.join().unwrap();
         // Everything has landed: a pass at the old deadline, then one at the new.
-        h.pass(&mut wheel, 0);
+        h.pass(&mut due, 0);
         let fired_at_zero = h.fired();
-        h.pass(&mut wheel, 5);
+        h.pass(&mut due, 5);
         assert_eq!(
             h.fired() + usize::from(cancelled),
             1,
@@ -93,13 +93,13 @@ fn a_second_reset_that_finds_the_first_still_queued_lands_too() {
                 assert!(h.shard.reset(slot, generation, 7));
             })
         };
-        let mut wheel = Wheel::new();
-        h.pass(&mut wheel, 0);
+        let mut due = Due::new();
+        h.pass(&mut due, 0);
         resetter.join().unwrap();
-        h.pass(&mut wheel, 0);
-        h.pass(&mut wheel, 6);
+        h.pass(&mut due, 0);
+        h.pass(&mut due, 6);
         assert_eq!(h.fired(), 0, "fired before the last reset's deadline");
-        h.pass(&mut wheel, 7);
+        h.pass(&mut due, 7);
         assert_eq!(h.fired(), 1);
         assert_eq!(h.shard.pending(), 0);
     });

@@ -6,7 +6,7 @@
 mod support;
 
 use loom::thread;
-use shardwheel::Wheel;
+use shardwheel::loom_api::Due;
 use support::Harness;
 
 #[test]
@@ -23,12 +23,12 @@ fn two_producers_and_the_reaper() {
             })
             .collect();
         // One pass races both pushes; the last pass, after them, takes whatever is left.
-        let mut wheel = Wheel::new();
-        h.pass(&mut wheel, 0);
+        let mut due = Due::new();
+        h.pass(&mut due, 0);
         for producer in producers {
             producer.join().unwrap();
         }
-        h.pass(&mut wheel, 0);
+        h.pass(&mut due, 0);
         assert_eq!(h.fired(), 2);
         assert_eq!(
             h.fired_values.load(loom::sync::atomic::Ordering::SeqCst),

@@ -6,7 +6,7 @@
 mod support;
 
 use loom::thread;
-use shardwheel::Wheel;
+use shardwheel::loom_api::Due;
 use shardwheel::loom_api::Refused;
 use support::Harness;
 
@@ -22,8 +22,8 @@ fn a_timer_scheduled_during_wind_up_is_refused_or_handed_back() {
                 Err(Refused::Full(_)) => panic!("no bound was set"),
             })
         };
-        let mut wheel = Wheel::new();
-        let unfired = h.shard.wind_up(&mut wheel);
+        let mut due = Due::new();
+        let unfired = h.shard.wind_up(&mut due);
         let refused = producer.join().unwrap();
         assert_eq!(
             unfired.len() + usize::from(refused.is_some()),
@@ -41,8 +41,8 @@ fn a_reset_or_cancel_during_wind_up_never_loses_the_timer() {
     loom::model(|| {
         let h = Harness::new();
         let (slot, generation) = h.shard.schedule(5, h.payload(1)).unwrap();
-        let mut wheel = Wheel::new();
-        h.pass(&mut wheel, 0);
+        let mut due = Due::new();
+        h.pass(&mut due, 0);
         let resetter = {
             let h = h.clone();
             thread::spawn(move || h.shard.reset(slot, generation, 9))
@@ -51,7 +51,7 @@ fn a_reset_or_cancel_during_wind_up_never_loses_the_timer() {
             let h = h.clone();
             thread::spawn(move || h.shard.cancel(slot, generation))
         };
-        let unfired = h.shard.wind_up(&mut wheel);
+        let unfired = h.shard.wind_up(&mut due);
         resetter.join().unwrap();
         let cancelled = canceller.join().unwrap();
         assert_eq!(

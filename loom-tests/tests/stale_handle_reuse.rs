@@ -5,16 +5,16 @@
 mod support;
 
 use loom::thread;
-use shardwheel::Wheel;
+use shardwheel::loom_api::Due;
 use support::Harness;
 
 #[test]
 fn a_stale_handle_cannot_cancel_the_slots_next_timer() {
     loom::model(|| {
         let h = Harness::new();
-        let mut wheel = Wheel::new();
+        let mut due = Due::new();
         let (slot, generation) = h.shard.schedule(0, h.payload(1)).unwrap();
-        h.pass(&mut wheel, 0);
+        h.pass(&mut due, 0);
         assert_eq!(h.fired(), 1);
         let scheduler = {
             let h = h.clone();
@@ -28,7 +28,7 @@ fn a_stale_handle_cannot_cancel_the_slots_next_timer() {
         assert!(!stale.join().unwrap(), "stale handle cancelled something");
         assert_eq!(new_slot, slot, "the freed slot is reused");
         assert_ne!(new_generation, generation);
-        h.pass(&mut wheel, 0);
+        h.pass(&mut due, 0);
         assert_eq!(h.fired(), 2);
         assert_eq!(
             h.fired_values.load(loom::sync::atomic::Ordering::SeqCst),

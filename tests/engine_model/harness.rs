@@ -2,8 +2,9 @@
 //! with a model of its pending timers, checked after every operation. Shared by the
 //! property test (`tests/engine_model.rs`) and the `engine_ops` fuzz target.
 //!
-//! What is checked: each `advance` fires exactly the timers whose deadline it reaches
-//! (deadlines round up to the tick, the current tick rounds down), none early, none twice,
+//! What is checked: each `advance` fires exactly the timers whose deadline it reaches (with
+//! exact deadlines, its nanosecond; without, deadlines round up to the tick and the current
+//! tick rounds down), none early, none twice,
 //! none left behind; `cancel` is true exactly for a pending timer, which then never fires;
 //! `reset` succeeds exactly on a pending timer and moves its deadline; handles of fired,
 //! cancelled or another timer's timers change nothing; `max_pending` refuses exactly at
@@ -47,7 +48,9 @@ pub struct Harness {
     other_handles: Vec<TimerHandle>,
     /// Every handle issued; a timer's payload is its position here.
     handles: Vec<TimerHandle>,
-    /// Pending payload -> deadline tick.
+    /// Whether the timer fires at exact deadlines.
+    exact: bool,
+    /// Pending payload -> deadline: nanoseconds if `exact`, else its tick.
     pending: BTreeMap<u64, u64>,
     /// Payloads that fired or were cancelled: they must never fire (again).
     done: Vec<bool>,
@@ -62,14 +65,16 @@ pub struct Harness {
 }
 
 impl Harness {
-    /// A harness over a manual timer with `shards` shards and at most `max_pending` timers.
-    pub fn new(shards: usize, max_pending: usize) -> Self {
+    /// A harness over a manual timer with `shards` shards and at most `max_pending` timers,
+    /// firing at exact deadlines if `exact`.
+    pub fn new(shards: usize, max_pending: usize, exact: bool) -> Self {
         let fired = Arc::new(Mutex::new(Vec::new()));
         let record = Arc::clone(&fired);
         let timer = Timer::builder()
             .shards(shards)
             .tick(Duration::from_nanos(TICK_NANOS))
             .max_pending(max_pending)
+            .exact_deadlines(exact)
             .manual()
             .build_with(move |payload: u64| record.lock().unwrap().push(payload))
             .expect("manual timer");
@@ -84,6 +89,7 @@ impl Harness {
             other,
             other_handles: Vec::new(),
             handles: Vec::new(),
+            exact,
             pending: BTreeMap::new(),
             done: Vec::new(),
             elapsed_nanos: 0,
@@ -97,9 +103,12 @@ impl Harness {
     }
 
     fn deadline(&self, delay: u64) -> u64 {
-        self.elapsed_nanos
-            .saturating_add(delay)
-            .div_ceil(TICK_NANOS)
+        let deadline = self.elapsed_nanos.saturating_add(delay);
+        if self.exact {
+            deadline
+        } else {
+            deadline.div_ceil(TICK_NANOS)
+        }
     }
 
     fn pick(&self, index: usize) -> Option<(u64, TimerHandle)> {
@@ -179,7 +188,11 @@ impl Harness {
                     .advance(Duration::from_nanos(by))
                     .map_err(|e| format!("advance: {e}"))?;
                 self.elapsed_nanos = self.elapsed_nanos.saturating_add(by);
-                let now = self.elapsed_nanos / TICK_NANOS;
+                let now = if self.exact {
+                    self.elapsed_nanos
+                } else {
+                    self.elapsed_nanos / TICK_NANOS
+                };
                 let mut expected: Vec<u64> = self
                     .pending
                     .iter()
@@ -198,7 +211,7 @@ impl Harness {
                 expected.sort_unstable();
                 ensure!(
                     fired == expected,
-                    "at tick {now} fired {fired:?}, due {expected:?}"
+                    "at {now} fired {fired:?}, due {expected:?}"
                 );
                 for payload in &fired {
                     self.pending.remove(payload);

@@ -3,7 +3,7 @@
 
 use loom::sync::Arc;
 use loom::sync::atomic::{AtomicUsize, Ordering};
-use shardwheel::Wheel;
+use shardwheel::loom_api::Due;
 use shardwheel::loom_api::Shard;
 
 /// A timer payload that counts how often payloads were dropped (fired or not).
@@ -19,7 +19,7 @@ impl Drop for Payload {
     }
 }
 
-/// A shard, the counters the models check, and the reaper's wheel.
+/// A shard, and the counters the models check.
 pub struct Harness {
     pub shard: Arc<Shard<Payload>>,
     pub drops: Arc<AtomicUsize>,
@@ -32,7 +32,7 @@ impl Harness {
     pub fn new() -> Self {
         Harness {
             // A tick of one nanosecond: deadlines and ticks are the same numbers.
-            shard: Arc::new(Shard::new(usize::MAX, 1, true)),
+            shard: Arc::new(Shard::new(usize::MAX, 1, true, false)),
             drops: Arc::new(AtomicUsize::new(0)),
             fired: Arc::new(AtomicUsize::new(0)),
             fired_values: Arc::new(AtomicUsize::new(0)),
@@ -47,11 +47,11 @@ impl Harness {
     }
 
     /// One reaper pass at tick `now`, counting what fires.
-    pub fn pass(&self, wheel: &mut Wheel<u32>, now: u64) {
+    pub fn pass(&self, due: &mut Due, now: u64) {
         let fired = Arc::clone(&self.fired);
         let values = Arc::clone(&self.fired_values);
         self.shard
-            .pass(wheel, now, &|| now, &move |payload: Payload| {
+            .pass(due, now, &|| now, &move |payload: Payload| {
                 fired.fetch_add(1, Ordering::SeqCst);
                 values.fetch_add(payload.value, Ordering::SeqCst);
             });
@@ -88,9 +88,9 @@ pub fn spawn_reaper(
     let h = h.clone();
     loom::thread::spawn(move || {
         h.shard.register_reaper();
-        let mut wheel = Wheel::new();
+        let mut due = Due::new();
         loop {
-            h.pass(&mut wheel, 0);
+            h.pass(&mut due, 0);
             if done(&h) {
                 break;
             }

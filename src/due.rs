@@ -1,0 +1,90 @@
+//! What a shard's reaper keeps of its timers: the wheel, where each timer waits for the
+//! tick it is filed under, and, with exact deadlines, the timers whose tick has come but
+//! whose exact deadline has not, in a heap by deadline.
+//!
+//! With exact deadlines a timer is filed under the tick its deadline falls in (rounded
+//! down), so the wheel hands it over at the start of that tick, up to a tick early; the
+//! reaper fires it then if its deadline has passed, and otherwise holds it here and sleeps
+//! until the earliest deadline held. Only timers within a tick of firing come here, so the
+//! heap stays small (a tick's worth of fires) and cancels never touch it: a held timer
+//! that was cancelled, reset or fired meanwhile is recognised when it comes out (its slot
+//! has moved on) and dropped.
+
+use crate::wheel::Wheel;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+/// A shard's timers as its reaper keeps them (see the module doc).
+#[derive(Debug, Default)]
+pub struct Due {
+    pub(crate) wheel: Wheel<u32>,
+    near: BinaryHeap<Reverse<Near>>,
+}
+
+/// A timer held until its exact deadline: its slot, as it stood when it was held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct Near {
+    /// Nanoseconds since the start; first, so that the heap orders by it.
+    pub(crate) deadline: u64,
+    pub(crate) index: u32,
+    pub(crate) generation: u32,
+}
+
+impl Due {
+    /// Nothing pending.
+    pub fn new() -> Self {
+        Due::default()
+    }
+
+    /// Holds a timer until its deadline.
+    pub(crate) fn hold(&mut self, near: Near) {
+        self.near.push(Reverse(near));
+    }
+
+    /// The earliest deadline held, if any.
+    pub(crate) fn next_near(&self) -> Option<u64> {
+        self.near.peek().map(|Reverse(near)| near.deadline)
+    }
+
+    /// Takes out a held timer whose deadline is at or before `elapsed`.
+    pub(crate) fn pop_near(&mut self, elapsed: u64) -> Option<Near> {
+        match self.near.peek() {
+            Some(Reverse(near)) if near.deadline <= elapsed => {
+                self.near.pop().map(|Reverse(near)| near)
+            }
+            _ => None,
+        }
+    }
+
+    /// Takes out every held timer, at shutdown.
+    pub(crate) fn drain_near(&mut self) -> impl Iterator<Item = Near> + '_ {
+        self.near.drain().map(|Reverse(near)| near)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn held_timers_come_out_by_deadline_once_due() {
+        let mut due = Due::new();
+        for (deadline, index) in [(30, 3), (10, 1), (20, 2)] {
+            due.hold(Near {
+                deadline,
+                index,
+                generation: 0,
+            });
+        }
+        assert_eq!(due.next_near(), Some(10));
+        assert_eq!(due.pop_near(9), None);
+        assert_eq!(due.pop_near(25).map(|near| near.index), Some(1));
+        assert_eq!(due.pop_near(25).map(|near| near.index), Some(2));
+        assert_eq!(due.pop_near(25), None);
+        assert_eq!(
+            due.drain_near().map(|near| near.index).collect::<Vec<_>>(),
+            [3]
+        );
+        assert_eq!(due.next_near(), None);
+    }
+}
