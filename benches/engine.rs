@@ -112,14 +112,22 @@ trait Engine: Sync + Sized {
 }
 
 /// shardwheel's `Timer`; `LATENESS`: whether it records its own lateness histogram
-/// (`Builder::record_lateness`, on by default), so that the cost of doing so shows.
-struct Shardwheel<const LATENESS: bool = true>(Timer);
+/// (`Builder::record_lateness`, on by default), so that the cost of doing so shows;
+/// `EXACT`: whether timers fire at their exact deadlines (`Builder::exact_deadlines`, on
+/// by default) or at the start of their tick; `TICK_US`: the tick.
+struct Shardwheel<const LATENESS: bool = true, const EXACT: bool = true, const TICK_US: u64 = 1000>(
+    Timer,
+);
 
-impl<const LATENESS: bool> Engine for Shardwheel<LATENESS> {
-    const NAME: &'static str = if LATENESS {
-        "shardwheel"
-    } else {
-        "shardwheel-no-lateness"
+impl<const LATENESS: bool, const EXACT: bool, const TICK_US: u64> Engine
+    for Shardwheel<LATENESS, EXACT, TICK_US>
+{
+    const NAME: &'static str = match (LATENESS, EXACT, TICK_US) {
+        (true, true, 1000) => "shardwheel",
+        (false, true, 1000) => "shardwheel-no-lateness",
+        (true, false, 1000) => "shardwheel-tick-rounded",
+        (true, true, 100) => "shardwheel-tick-100us",
+        _ => "shardwheel-other",
     };
     type Armed = TimerHandle;
 
@@ -127,6 +135,8 @@ impl<const LATENESS: bool> Engine for Shardwheel<LATENESS> {
         Shardwheel(
             Timer::builder()
                 .record_lateness(LATENESS)
+                .exact_deadlines(EXACT)
+                .tick(Duration::from_micros(TICK_US))
                 .build()
                 .expect("timer"),
         )
@@ -338,14 +348,16 @@ fn w3_producer<E: Engine>(engine: &E, thread: usize, probe: &'static Probe) -> W
 type W3Run = (&'static str, fn(usize, &'static Probe) -> f64);
 
 fn w3() {
-    let runs: [W3Run; 3] = [
+    type Rounded = Shardwheel<true, false>;
+    let runs: [W3Run; 4] = [
         (Shardwheel::<true>::NAME, w3_round::<Shardwheel<true>>),
         (Shardwheel::<false>::NAME, w3_round::<Shardwheel<false>>),
         (TokioSleep::NAME, w3_round::<TokioSleep>),
+        (Rounded::NAME, w3_round::<Rounded>),
     ];
     for threads in [1, 2] {
         let probes = runs.map(|_| Probe::leak());
-        let mut rates: [Vec<f64>; 3] = Default::default();
+        let mut rates: [Vec<f64>; 4] = Default::default();
         for round in 0..W3_ROUNDS {
             // Take turns, each starting a round in turn, so that none always inherits
             // another's mess.
@@ -370,9 +382,10 @@ fn w3() {
         }
         let paired = |a: &[f64], b: &[f64]| median(a.iter().zip(b).map(|(a, b)| a / b).collect());
         println!(
-            "RESULT W3 T={threads} shardwheel vs_tokio-sleep={:.2} lateness_recording_cost_pct={:.1}",
+            "RESULT W3 T={threads} shardwheel vs_tokio-sleep={:.2} lateness_recording_cost_pct={:.1} exact_deadlines_cost_pct={:.1}",
             paired(&rates[0], &rates[2]),
             100.0 * (1.0 - paired(&rates[0], &rates[1])),
+            100.0 * (1.0 - paired(&rates[0], &rates[3])),
         );
     }
 }
@@ -476,7 +489,9 @@ fn main() {
         w5::<TokioSleep>();
     }
     if runs("W6") {
-        w6::<Shardwheel<true>>();
+        w6::<Shardwheel>();
+        w6::<Shardwheel<true, false>>();
+        w6::<Shardwheel<true, true, 100>>();
         w6::<TokioSleep>();
     }
     println!("# load average at end: {}", load_average());

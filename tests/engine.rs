@@ -26,7 +26,24 @@ fn wait_for(limit: Duration, done: impl Fn() -> bool) -> bool {
 
 #[test]
 fn every_timer_fires_once_and_never_before_its_deadline() {
-    let timer = timer(2);
+    // Exact deadlines and tick-rounded ones, at the default tick and at a 10 us one.
+    for (exact, tick) in [
+        (true, Duration::from_millis(1)),
+        (false, Duration::from_millis(1)),
+        (true, Duration::from_micros(10)),
+        (false, Duration::from_micros(10)),
+    ] {
+        let timer = Timer::builder()
+            .shards(2)
+            .exact_deadlines(exact)
+            .tick(tick)
+            .build()
+            .unwrap();
+        fires_every_timer_once_never_early(&timer);
+    }
+}
+
+fn fires_every_timer_once_never_early(timer: &Timer) {
     let (tx, rx) = mpsc::channel();
     let start = Instant::now();
     for i in 0..300u64 {
