@@ -114,19 +114,24 @@ trait Engine: Sync + Sized {
 /// shardwheel's `Timer`; `LATENESS`: whether it records its own lateness histogram
 /// (`Builder::record_lateness`, on by default), so that the cost of doing so shows;
 /// `EXACT`: whether timers fire at their exact deadlines (`Builder::exact_deadlines`, on
-/// by default) or at the start of their tick; `TICK_US`: the tick.
-struct Shardwheel<const LATENESS: bool = true, const EXACT: bool = true, const TICK_US: u64 = 1000>(
-    Timer,
-);
+/// by default) or at the start of their tick; `TICK_US`: the tick; `SPIN_US`: how long
+/// the reaper spins before a deadline (`Builder::spin_before_deadline`, off by default).
+struct Shardwheel<
+    const LATENESS: bool = true,
+    const EXACT: bool = true,
+    const TICK_US: u64 = 1000,
+    const SPIN_US: u64 = 0,
+>(Timer);
 
-impl<const LATENESS: bool, const EXACT: bool, const TICK_US: u64> Engine
-    for Shardwheel<LATENESS, EXACT, TICK_US>
+impl<const LATENESS: bool, const EXACT: bool, const TICK_US: u64, const SPIN_US: u64> Engine
+    for Shardwheel<LATENESS, EXACT, TICK_US, SPIN_US>
 {
-    const NAME: &'static str = match (LATENESS, EXACT, TICK_US) {
-        (true, true, 1000) => "shardwheel",
-        (false, true, 1000) => "shardwheel-no-lateness",
-        (true, false, 1000) => "shardwheel-tick-rounded",
-        (true, true, 100) => "shardwheel-tick-100us",
+    const NAME: &'static str = match (LATENESS, EXACT, TICK_US, SPIN_US) {
+        (true, true, 1000, 0) => "shardwheel",
+        (false, true, 1000, 0) => "shardwheel-no-lateness",
+        (true, false, 1000, 0) => "shardwheel-tick-rounded",
+        (true, true, 100, 0) => "shardwheel-tick-100us",
+        (true, true, 1000, 200) => "shardwheel-spin-200us",
         _ => "shardwheel-other",
     };
     type Armed = TimerHandle;
@@ -137,6 +142,7 @@ impl<const LATENESS: bool, const EXACT: bool, const TICK_US: u64> Engine
                 .record_lateness(LATENESS)
                 .exact_deadlines(EXACT)
                 .tick(Duration::from_micros(TICK_US))
+                .spin_before_deadline(Duration::from_micros(SPIN_US))
                 .build()
                 .expect("timer"),
         )
@@ -492,6 +498,7 @@ fn main() {
         w6::<Shardwheel>();
         w6::<Shardwheel<true, false>>();
         w6::<Shardwheel<true, true, 100>>();
+        w6::<Shardwheel<true, true, 1000, 200>>();
         w6::<TokioSleep>();
     }
     println!("# load average at end: {}", load_average());

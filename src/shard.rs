@@ -73,6 +73,8 @@ pub struct Shard<T> {
     /// Whether timers fire at their exact deadline (see `due`), or at the start of the
     /// first tick at or after it.
     exact: bool,
+    /// How long before a deadline the reaper stops sleeping and spins (0: never).
+    spin_nanos: u64,
     stopping: AtomicBool,
     panicked: AtomicU64,
     /// The reaper's counts; see `stats`. (A std lock: it is not part of any protocol the
@@ -107,9 +109,17 @@ impl<T> Shard<T> {
             tick_nanos: tick_nanos.max(1),
             record_lateness,
             exact,
+            spin_nanos: 0,
             stopping: AtomicBool::new(false),
             panicked: AtomicU64::new(0),
         }
+    }
+
+    /// Makes the reaper spin, rather than sleep, for the last `spin` before each deadline:
+    /// wake-ups on time to the microsecond, for a core kept busy while timers are near.
+    pub(crate) fn with_spin(mut self, spin: Duration) -> Self {
+        self.spin_nanos = clock::nanos(spin);
+        self
     }
 
     /// Timers scheduled and neither fired nor cancelled.
@@ -315,9 +325,17 @@ impl<T> Shard<T> {
             if wake_at.is_some_and(|at| at <= clock.elapsed()) {
                 continue;
             }
+            if let Some(at) =
+                wake_at.filter(|at| at.saturating_sub(clock.elapsed()) <= self.spin_nanos)
+            {
+                self.spin_until(at, clock);
+                continue;
+            }
             if self.may_sleep(wake_at.unwrap_or(u64::MAX), tidying) {
-                let until_next =
-                    wake_at.map(|at| Duration::from_nanos(at.saturating_sub(clock.elapsed())));
+                // With a spin, wake that much early and spin the rest (above).
+                let until_next = wake_at.map(|at| {
+                    Duration::from_nanos(at.saturating_sub(self.spin_nanos + clock.elapsed()))
+                });
                 match (until_next, tidying) {
                     (Some(wait), false) => sync::park_timeout(wait),
                     (Some(wait), true) => sync::park_timeout(wait.min(TIDY_INTERVAL)),
@@ -327,6 +345,19 @@ impl<T> Shard<T> {
             }
         }
         self.wind_up(&mut due)
+    }
+
+    /// Spins until `at` (nanoseconds since the start), or until work arrives or the shard
+    /// stops.
+    fn spin_until(&self, at: u64, clock: &Clock) {
+        while clock.elapsed() < at
+            && self.inbox.is_empty()
+            && self.changes.is_empty()
+            // Relaxed: a reason to stop spinning early; `run` looks again properly.
+            && !self.stopping.load(Ordering::Relaxed)
+        {
+            std::hint::spin_loop();
+        }
     }
 
     /// Makes the calling thread the one producers unpark. The reaper calls it once, first.

@@ -42,6 +42,7 @@ pub struct Builder {
     manual: bool,
     record_lateness: bool,
     exact_deadlines: bool,
+    spin: Duration,
 }
 
 impl Default for Builder {
@@ -54,6 +55,7 @@ impl Default for Builder {
             manual: false,
             record_lateness: true,
             exact_deadlines: true,
+            spin: Duration::ZERO,
         }
     }
 }
@@ -105,6 +107,15 @@ impl Builder {
     /// current tick; timers cancelled before then cost nothing more. Default: true.
     pub fn exact_deadlines(mut self, exact: bool) -> Self {
         self.exact_deadlines = exact;
+        self
+    }
+
+    /// Each reaper spins instead of sleeping for the last `spin` before a deadline, so that
+    /// timers fire within microseconds of it rather than when the OS wakes the thread
+    /// (tens of microseconds, more on a busy machine). It keeps a core busy while a
+    /// deadline is near: for latency-critical timers only. Default: zero (no spin).
+    pub fn spin_before_deadline(mut self, spin: Duration) -> Self {
+        self.spin = spin;
         self
     }
 
@@ -196,6 +207,7 @@ impl Builder {
                     self.record_lateness,
                     self.exact_deadlines,
                 )
+                .with_spin(self.spin)
             })
             .collect();
         let id = NEXT_TIMER_ID.fetch_add(1, Ordering::Relaxed);

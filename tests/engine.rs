@@ -26,17 +26,21 @@ fn wait_for(limit: Duration, done: impl Fn() -> bool) -> bool {
 
 #[test]
 fn every_timer_fires_once_and_never_before_its_deadline() {
-    // Exact deadlines and tick-rounded ones, at the default tick and at a 10 us one.
-    for (exact, tick) in [
-        (true, Duration::from_millis(1)),
-        (false, Duration::from_millis(1)),
-        (true, Duration::from_micros(10)),
-        (false, Duration::from_micros(10)),
+    // Exact deadlines and tick-rounded ones, at the default tick and at a 10 us one, and
+    // with a spin before each deadline.
+    let (ms, us) = (Duration::from_millis(1), Duration::from_micros(10));
+    for (exact, tick, spin) in [
+        (true, ms, Duration::ZERO),
+        (false, ms, Duration::ZERO),
+        (true, us, Duration::ZERO),
+        (false, us, Duration::ZERO),
+        (true, ms, Duration::from_micros(200)),
     ] {
         let timer = Timer::builder()
             .shards(2)
             .exact_deadlines(exact)
             .tick(tick)
+            .spin_before_deadline(spin)
             .build()
             .unwrap();
         fires_every_timer_once_never_early(&timer);
