@@ -227,6 +227,79 @@ impl Engine for TokioSleep {
     }
 }
 
+const W1_ITERATIONS: usize = 2_000_000;
+const W1_BOUND: Duration = Duration::from_secs(2);
+const W1_ROUNDS: usize = 3;
+
+/// One W1 round: pre-fill `pending` timers, then schedule one and cancel a uniformly
+/// chosen pending one per iteration; returns iterations per second.
+fn w1_round<E: Engine>(pending: usize, probe: &'static Probe) -> f64 {
+    let engine = E::start();
+    let mut rng = SplitMix64(42);
+    let rate = engine.enter(|| {
+        let mut ring: Vec<E::Armed> = (0..pending)
+            .map(|_| {
+                let delay = Duration::from_millis(rng.between(1_000, 60_000));
+                engine.arm(Instant::now() + delay, probe)
+            })
+            .collect();
+        let start = Instant::now();
+        let mut iterations = 0;
+        while iterations < W1_ITERATIONS && start.elapsed() < W1_BOUND {
+            for _ in 0..256 {
+                let delay = Duration::from_millis(rng.between(1, 60_000));
+                let armed = engine.arm(Instant::now() + delay, probe);
+                let at = rng.between(0, pending as u64 - 1) as usize;
+                // False only for a timer of a few ms that fired first (counted by the
+                // probe's `unexpected`).
+                engine.cancel(std::mem::replace(&mut ring[at], armed));
+            }
+            iterations += 256;
+        }
+        let rate = iterations as f64 / start.elapsed().as_secs_f64();
+        for armed in ring {
+            engine.cancel(armed);
+        }
+        rate
+    });
+    engine.stop();
+    rate
+}
+
+/// W1 through the engine: exact deadlines against tick-rounded ones (nothing fires, so
+/// exactness should cost nothing) and tokio's timers; the implementations take turns.
+fn w1() {
+    type Rounded = Shardwheel<true, false>;
+    let runs: [Run; 3] = [
+        (Shardwheel::<true>::NAME, w1_round::<Shardwheel<true>>),
+        (Rounded::NAME, w1_round::<Rounded>),
+        (TokioSleep::NAME, w1_round::<TokioSleep>),
+    ];
+    for pending in [1_000, 1_000_000] {
+        let probe = Probe::leak();
+        let mut rates: [Vec<f64>; 3] = Default::default();
+        for round in 0..W1_ROUNDS {
+            for turn in 0..runs.len() {
+                let at = (round + turn) % runs.len();
+                rates[at].push((runs[at].1)(pending, probe));
+            }
+        }
+        for ((name, _), rates) in runs.iter().zip(&rates) {
+            println!(
+                "RESULT W1 P={pending} {name} iters_per_s={:.0}",
+                median(rates.clone())
+            );
+        }
+        let paired = |a: &[f64], b: &[f64]| median(a.iter().zip(b).map(|(a, b)| a / b).collect());
+        println!(
+            "RESULT W1 P={pending} shardwheel vs_tokio-sleep={:.2} exact_deadlines_cost_pct={:.1} fired_before_cancel={}",
+            paired(&rates[0], &rates[2]),
+            100.0 * (1.0 - paired(&rates[0], &rates[1])),
+            probe.unexpected.load(Relaxed),
+        );
+    }
+}
+
 const W2_TIMERS: usize = 1_000_000;
 const W2_QUANTILES: [(&str, f64); 4] = [("p50", 0.5), ("p99", 0.99), ("p999", 0.999), ("max", 1.0)];
 
@@ -350,12 +423,12 @@ fn w3_producer<E: Engine>(engine: &E, thread: usize, probe: &'static Probe) -> W
     round
 }
 
-/// A W3 round of one implementation: its name and how to run it.
-type W3Run = (&'static str, fn(usize, &'static Probe) -> f64);
+/// A round of one implementation (W1, W3): its name and how to run it with a size (P, T).
+type Run = (&'static str, fn(usize, &'static Probe) -> f64);
 
 fn w3() {
     type Rounded = Shardwheel<true, false>;
-    let runs: [W3Run; 4] = [
+    let runs: [Run; 4] = [
         (Shardwheel::<true>::NAME, w3_round::<Shardwheel<true>>),
         (Shardwheel::<false>::NAME, w3_round::<Shardwheel<false>>),
         (TokioSleep::NAME, w3_round::<TokioSleep>),
@@ -478,6 +551,9 @@ fn main() {
     let only = std::env::var("ENGINE_ONLY").unwrap_or_default();
     let runs = |workload: &str| only.is_empty() || only.split(',').any(|w| w.trim() == workload);
     println!("# load average at start: {}", load_average());
+    if runs("W1") {
+        w1();
+    }
     if runs("W2") {
         let ours = w2::<Shardwheel<true>>();
         w2::<Shardwheel<false>>();
