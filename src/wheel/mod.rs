@@ -1,7 +1,8 @@
 //! The single-threaded hierarchical timing wheel.
 //!
 //! Varghese and Lauck's hierarchical wheel, as Kafka's `TimingWheel` builds it: levels of 64
-//! slots (`level`), each slot a bucket holding an intrusive doubly linked list of entries
+//! slots (`level`; level 0 has 128, for the current block of 64 ticks and the next), each
+//! slot a bucket holding an intrusive doubly linked list of entries
 //! through the slab (`u32` links, so an entry costs 12 bytes of bookkeeping, not 24), and a
 //! min-heap of the non-empty buckets (`bucket_heap`) that says which bucket is due next.
 //!
@@ -13,7 +14,9 @@
 //!   due, and takes its entries one by one: those whose deadline has come are handed out,
 //!   the others (only in buckets above level 0) are re-inserted relative to the new tick,
 //!   which puts them in a finer level: Kafka's cascade, done one entry at a time so that a
-//!   caller can stop after any expiry.
+//!   caller can stop after any expiry. A level-1 bucket falls due a block before its timers
+//!   and is moved down a share per tick over that block, so that a bucket of tens of
+//!   thousands of timers does not stall the ticks around its own for milliseconds.
 //!
 //! Levels are made on demand: a wheel that only ever sees short timeouts has two.
 
@@ -24,7 +27,11 @@ use crate::error::{Full, StaleKey};
 use crate::handle::Key;
 use crate::slab::{NIL, Slab};
 use bucket_heap::BucketHeap;
-use level::{Bucket, EMPTY_LEVEL, Level, Placement, SLOTS, place};
+use level::{BLOCK, Bucket, EMPTY_LEVEL, Level, Placement, SLOTS, level_of, place};
+
+/// Timers a level-1 bucket moves down to level 0 per tick of the block before its own
+/// (see `level`): 64 ticks of it spread a bucket of 64K timers evenly.
+const SPREAD_PER_TICK: usize = 1024;
 
 /// Marks a `prev` link as "this entry heads bucket N" rather than "entry N precedes it".
 /// Slab indices stay below `slab::MAX_SLOTS = 1 << 31`, so the bit is free.
@@ -62,12 +69,13 @@ const BUCKET_TAG: u32 = 1 << 31;
 /// # Implementation
 ///
 /// Levels of 64 slots, slot = 6 bits of the deadline, up to 11 levels for the whole `u64`
-/// range, made on demand; entries in a slab of chunks that never move, linked into their
+/// range, made on demand (level 0 has two rows: the current block of 64 ticks and the
+/// next); entries in a slab of chunks that never move, linked into their
 /// bucket by `u32` indices; a key is (slot, generation), so stale keys are rejected; a
 /// min-heap of the non-empty buckets gives the next due bucket without walking slots.
 /// Insert, cancel and reset are O(1); each expiry costs O(1) plus one re-insertion per
-/// level the entry cascades through (at most 10, and only for timers further away than
-/// 64 ticks). An entry costs `28 + size_of::<T>()` bytes, rounded up to `T`'s alignment
+/// level the entry cascades through (at most 10, and only for timers beyond the next block
+/// of 64 ticks). An entry costs `28 + size_of::<T>()` bytes, rounded up to `T`'s alignment
 /// (36 bytes with a 16-byte payload); the buckets and the heap are a few kilobytes in all.
 pub struct Wheel<T> {
     slab: Slab<T>,
@@ -139,7 +147,7 @@ impl<T> Wheel<T> {
     pub fn try_insert(&mut self, deadline: u64, value: T) -> Result<Key, Full<T>> {
         let placement = place(self.now, deadline);
         let bucket = bucket_for(&mut self.levels, placement);
-        let head_link = BUCKET_TAG | placement.bucket() as u32;
+        let head_link = BUCKET_TAG | placement.bucket as u32;
         let (index, generation) = self
             .slab
             .alloc(deadline, value, head_link, bucket.head)
@@ -219,6 +227,8 @@ impl<T> Wheel<T> {
     /// ```
     pub fn poll_expired(&mut self, now: u64) -> Option<Expired<T>> {
         let now = now.max(self.now);
+        // Entries moved down from the bucket in hand, which may be spread (below).
+        let (mut in_hand, mut moved) = (usize::MAX, 0);
         loop {
             let Some((due, bucket)) = self.heap.peek().filter(|&(due, _)| due <= now) else {
                 self.now = now;
@@ -227,6 +237,9 @@ impl<T> Wheel<T> {
             // Buckets are due after the tick they were filled at, and are taken in order.
             debug_assert!(due >= self.now);
             self.now = due;
+            if bucket != in_hand {
+                (in_hand, moved) = (bucket, 0);
+            }
             let index = self.bucket(bucket).head;
             let entry = self.slab.entry(index);
             let deadline = entry.deadline();
@@ -240,11 +253,23 @@ impl<T> Wheel<T> {
                     value,
                 });
             }
+            // A level-1 bucket is due a block before its timers: until the tick before its
+            // first, it moves down `SPREAD_PER_TICK` timers per tick that has passed since
+            // it was due, and waits for the next tick with the rest.
+            let first = deadline & !(BLOCK - 1);
+            if level_of(bucket) == 1
+                && now + 1 < first
+                && moved >= SPREAD_PER_TICK.saturating_mul((now - due + 1) as usize)
+            {
+                self.requeue(bucket, now + 1);
+                continue;
+            }
             // Not yet due: cascade. Placed relative to `due`, it lands in a finer level in a
             // bucket due after `due`, so this bucket stays the heap's top until emptied.
             self.unlink(index);
             self.link(index, deadline);
             self.cascaded += 1;
+            moved += 1;
         }
     }
 
@@ -269,11 +294,13 @@ impl<T> Wheel<T> {
 
     /// The earliest tick at which a timer can be due, or `None` if the wheel is empty.
     ///
-    /// This is when the earliest non-empty bucket is due: exact for deadlines less than 64
-    /// ticks ahead of [`now`](Self::now) (and in general for every bucket of level 0),
-    /// otherwise the deadline rounded down to its bucket's first tick. It is never later
-    /// than the earliest deadline and never earlier than `now()`. Polling at it may expire
-    /// nothing (the bucket only cascades into finer ones); ask again afterwards. O(1).
+    /// This is when the earliest non-empty bucket is due: exact for deadlines in the
+    /// current or the next block of 64 ticks (level 0), otherwise a block of 64 ticks
+    /// before the first tick of the deadline's bucket, when the bucket starts moving its
+    /// timers down (a share per tick for a busy level-1 bucket: then it is the next tick).
+    /// It is never later than the earliest deadline and never earlier than `now()`.
+    /// Polling at it may expire nothing (the bucket only cascades into finer ones); ask
+    /// again afterwards. O(1).
     ///
     /// # Examples
     ///
@@ -285,10 +312,10 @@ impl<T> Wheel<T> {
     /// wheel.insert(5_000, ());
     /// wheel.insert(6_000, ());
     /// assert_eq!(wheel.poll_expired(40).map(|e| e.deadline), Some(40));
-    /// // 5_000 lies in the level-2 bucket starting at 4_096.
-    /// assert_eq!(wheel.next_deadline(), Some(4_096));
-    /// assert_eq!(wheel.poll_expired(4_096), None);
-    /// assert_eq!(wheel.next_deadline(), Some(4_992)); // a level-1 bucket now
+    /// // 5_000 lies in the level-2 bucket starting at 4_096, due a block earlier.
+    /// assert_eq!(wheel.next_deadline(), Some(4_032));
+    /// assert_eq!(wheel.poll_expired(4_032), None);
+    /// assert_eq!(wheel.next_deadline(), Some(4_928)); // a level-1 bucket from 4_992 now
     /// ```
     pub fn next_deadline(&self) -> Option<u64> {
         self.heap.peek().map(|(due, _)| due)
@@ -296,7 +323,8 @@ impl<T> Wheel<T> {
 
     /// How many times a timer has moved down a level so far, on its way to expire: the
     /// cost a hierarchical wheel pays for long timers (at most one move per level per
-    /// timer, and none for timers that are cancelled first or due within 64 ticks).
+    /// timer, and none for timers that are cancelled first or due within the current or the
+    /// next block of 64 ticks).
     pub fn cascaded(&self) -> u64 {
         self.cascaded
     }
@@ -353,7 +381,7 @@ impl<T> Wheel<T> {
         let placement = place(self.now, deadline);
         let bucket = bucket_for(&mut self.levels, placement);
         let entry = self.slab.entry_mut(index);
-        entry.prev = BUCKET_TAG | placement.bucket() as u32;
+        entry.prev = BUCKET_TAG | placement.bucket as u32;
         entry.next = bucket.head;
         push_front(bucket, &mut self.slab, &mut self.heap, placement, index);
     }
@@ -381,6 +409,13 @@ impl<T> Wheel<T> {
         }
     }
 
+    /// Makes `bucket`, the heap's top, due at tick `at` instead.
+    fn requeue(&mut self, bucket: usize, at: u64) {
+        self.heap.pop();
+        self.heap.push(at, bucket);
+        self.bucket_mut(bucket).due = at;
+    }
+
     /// Restores "the heap's top is a non-empty bucket" after a bucket emptied.
     #[inline(never)]
     fn settle_heap(&mut self) {
@@ -398,15 +433,17 @@ impl<T> Wheel<T> {
 /// The bucket `placement` names, adding levels up to its level if they are missing.
 #[inline]
 fn bucket_for(levels: &mut Vec<Level>, placement: Placement) -> &mut Bucket {
-    if placement.level >= levels.len() {
-        add_levels(levels, placement.level);
+    let row = placement.row();
+    debug_assert!(row < level::MAX_ROWS);
+    if row >= levels.len() {
+        add_rows(levels, row);
     }
-    &mut levels[placement.level][placement.slot]
+    &mut levels[row][placement.bucket % SLOTS]
 }
 
 #[cold]
-fn add_levels(levels: &mut Vec<Level>, level: usize) {
-    levels.resize(level + 1, EMPTY_LEVEL);
+fn add_rows(levels: &mut Vec<Level>, row: usize) {
+    levels.resize(row + 1, EMPTY_LEVEL);
 }
 
 /// Makes entry `index`, already linked in front of the bucket's current head, the new
@@ -424,7 +461,7 @@ fn push_front<T>(
     if old_head == NIL && !bucket.queued {
         bucket.queued = true;
         bucket.due = placement.due;
-        heap.push(placement.due, placement.bucket());
+        heap.push(placement.due, placement.bucket);
         return;
     }
     // A bucket's range, hence its due tick, is fixed from when it is filled until the

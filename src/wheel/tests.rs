@@ -207,24 +207,25 @@ fn mass_expiry_can_be_taken_in_bounded_passes() {
 }
 
 #[test]
-fn next_deadline_is_the_first_tick_of_the_earliest_bucket() {
+fn next_deadline_is_when_the_earliest_bucket_is_due() {
     let mut wheel = Wheel::new();
-    wheel.insert(300_000, 0); // level 3 at tick 0: bucket starts at 262_144
-    assert_eq!(wheel.next_deadline(), Some(262_144));
+    // Level 3 at tick 0: the bucket starts at 262_144 and is due a block (64) before.
+    wheel.insert(300_000, 0);
+    assert_eq!(wheel.next_deadline(), Some(262_080));
     wheel.insert(5_000, 0); // level 2: starts at 4_096
-    assert_eq!(wheel.next_deadline(), Some(4_096));
+    assert_eq!(wheel.next_deadline(), Some(4_032));
     let near = wheel.insert(17, 0);
     assert_eq!(wheel.next_deadline(), Some(17));
     wheel.cancel(near);
     assert_eq!(
         wheel.next_deadline(),
-        Some(4_096),
+        Some(4_032),
         "emptied top bucket is dropped"
     );
     // Cascading moves next_deadline forward until the deadline is exact.
-    assert_eq!(wheel.poll_expired(4_096), None);
-    assert_eq!(wheel.next_deadline(), Some(4_992));
-    assert_eq!(wheel.poll_expired(4_992), None);
+    assert_eq!(wheel.poll_expired(4_032), None);
+    assert_eq!(wheel.next_deadline(), Some(4_928)); // level 1, starts at 4_992
+    assert_eq!(wheel.poll_expired(4_928), None);
     assert_eq!(wheel.next_deadline(), Some(5_000));
 }
 
@@ -268,7 +269,56 @@ fn levels_are_made_on_demand() {
     wheel.insert(10, ());
     assert_eq!(wheel.levels.len(), 1);
     wheel.insert(5_000, ());
-    assert_eq!(wheel.levels.len(), 3);
+    assert_eq!(wheel.levels.len(), 4, "level 2 is the fourth row");
     wheel.insert(u64::MAX, ());
-    assert_eq!(wheel.levels.len(), level::MAX_LEVELS);
+    assert_eq!(wheel.levels.len(), level::MAX_ROWS);
+}
+
+/// Timers in the busy level-1 bucket of the spreading tests: more than one tick's share.
+const BUSY: u64 = if cfg!(miri) { 1_100 } else { 10_000 };
+
+#[test]
+fn a_busy_level_one_bucket_is_moved_down_a_share_per_tick_in_the_block_before() {
+    let mut wheel = Wheel::new();
+    // Timers in block 3 (ticks 192 to 255): a level-1 bucket, due a block early.
+    for i in 0..BUSY {
+        wheel.insert(192 + i % 64, i);
+    }
+    assert_eq!(wheel.next_deadline(), Some(128));
+    let (mut fired, mut most_moved) = (0, 0);
+    for tick in 0..=256 {
+        let before = wheel.cascaded();
+        while let Some(expired) = wheel.poll_expired(tick) {
+            assert_eq!(expired.deadline, tick, "fired at its own tick");
+            fired += 1;
+        }
+        most_moved = most_moved.max(wheel.cascaded() - before);
+    }
+    assert_eq!(fired, BUSY as usize);
+    assert!(most_moved <= 1_024, "{most_moved} moved in one tick");
+}
+
+#[test]
+fn a_spread_bucket_catches_up_when_polls_skip_ticks() {
+    for polls in [
+        &[130u64, 150, 191, 255][..],
+        &[129, 191, 255],
+        &[200, 255],
+        &[255],
+    ] {
+        let mut wheel = Wheel::new();
+        for i in 0..BUSY {
+            wheel.insert(192 + i % 64, i);
+        }
+        let mut fired = 0;
+        for &tick in polls {
+            while let Some(expired) = wheel.poll_expired(tick) {
+                assert!(expired.deadline <= tick, "early, polls {polls:?}");
+                fired += 1;
+            }
+            let due = (0..BUSY).filter(|i| 192 + i % 64 <= tick).count();
+            assert_eq!(fired, due, "at {tick}, polls {polls:?}");
+        }
+        assert!(wheel.is_empty());
+    }
 }
