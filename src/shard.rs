@@ -411,7 +411,9 @@ impl<T> Shard<T> {
         handler: &(dyn Fn(T) + Sync),
         freed: &mut Freed,
     ) {
-        let time = if self.exact { elapsed() } else { u64::MAX };
+        // With exact deadlines, the time is read once something comes due, not per call:
+        // passes that find nothing due read no clock.
+        let mut time = None;
         while let Some(expired) = due.wheel.poll_expired(now) {
             let index = expired.value;
             let slot = self.slot(index);
@@ -426,13 +428,13 @@ impl<T> Shard<T> {
                 index,
                 generation,
             };
-            if deadline > time {
+            if self.exact && deadline > *time.get_or_insert_with(elapsed) {
                 due.hold(near);
             } else {
                 self.fire(due, near, now, elapsed, handler, freed);
             }
         }
-        if self.exact {
+        if due.next_near().is_some() {
             let time = elapsed();
             while let Some(near) = due.pop_near(time) {
                 let slot = self.slot(near.index);
@@ -480,9 +482,8 @@ impl<T> Shard<T> {
     }
 
     /// The reaper's side of the park handshake: plans to sleep until `wake_at` (nanoseconds
-    /// since the start; or, if
-    /// `tidying`, no longer than `TIDY_INTERVAL`), and says whether it may (nothing arrived
-    /// meanwhile).
+    /// since the start; or, if `tidying`, no longer than `TIDY_INTERVAL`), and says whether
+    /// it may (nothing arrived meanwhile).
     pub fn may_sleep(&self, wake_at: u64, tidying: bool) -> bool {
         self.wakeup.plan_sleep(wake_at, tidying);
         self.inbox.is_empty() && self.changes.is_empty() && !self.stopping.load(Ordering::Relaxed)

@@ -109,10 +109,7 @@ impl<T> Slot<T> {
     /// The slot's key in the reaper's wheel, if it is in it. Reaper only.
     pub(crate) fn wheel_key(&self) -> Option<Key> {
         // Relaxed: the key is the reaper's own bookkeeping.
-        match self.wheel_key.load(Ordering::Relaxed) {
-            0 => None,
-            bits => Some(Key::from_bits(bits - 1)),
-        }
+        decode_key(self.wheel_key.load(Ordering::Relaxed))
     }
 
     /// Records the slot's key in the reaper's wheel. Reaper only.
@@ -126,11 +123,8 @@ impl<T> Slot<T> {
 
     /// Takes the slot's key in the reaper's wheel out, leaving none. Reaper only.
     pub(crate) fn take_wheel_key(&self) -> Option<Key> {
-        let key = self.wheel_key();
-        if key.is_some() {
-            self.set_wheel_key(None);
-        }
-        key
+        // Relaxed: as in `wheel_key`.
+        decode_key(self.wheel_key.swap(0, Ordering::Relaxed))
     }
 
     /// Stores the payload of a slot the caller has just taken from `Slots::take`.
@@ -157,6 +151,11 @@ impl<T> Slot<T> {
         self.payload
             .with_mut(|cell| unsafe { (*cell).assume_init_read() })
     }
+}
+
+/// A wheel key as `Slot::wheel_key` stores it: plus one, 0 for none.
+fn decode_key(bits: u64) -> Option<Key> {
+    bits.checked_sub(1).map(Key::from_bits)
 }
 
 /// Where slot `index` lives: (chunk, offset), in the wheel slab's geometric layout.
