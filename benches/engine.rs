@@ -2,8 +2,7 @@
 //! from T threads, 90 % cancelled), W5 (idle cost) and W6 (precision under light load) of
 //! ../shared/WORKLOADS.md, for shardwheel's `Timer` (with exact deadlines, and variants:
 //! tick-rounded, no lateness recording, a 100 us tick, a spin) and tokio's timers, in one
-//! process; and, on request only, `spike`: resident memory before, during and after 10M
-//! pending timers (issue 7's memory that should come back).
+//! process. (Issue 7's spike has its own bench, `spike.rs`, on the system allocator.)
 //!
 //! - `shardwheel`: `Timer` with boxed callbacks, a shard per core, 1 ms tick: a timer is
 //!   `schedule_at(deadline, callback)`, a cancel is `cancel(handle)`.
@@ -16,8 +15,7 @@
 //! nothing but the engine: the probe that counts firings is `'static`, so cloning no
 //! reference count bounces a cache line between them.
 //!
-//! Run: `cargo bench --bench engine`; `ENGINE_ONLY=W3,W6` runs some workloads only;
-//! `ENGINE_ONLY=spike` the spike.
+//! Run: `cargo bench --bench engine`; `ENGINE_ONLY=W3,W6` runs some workloads only.
 
 mod common;
 
@@ -485,57 +483,6 @@ fn process_cpu() -> Duration {
     Duration::from_nanos(nanos)
 }
 
-/// Resident memory of this process, in bytes.
-fn resident_bytes() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
-    let kib: u64 = status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmRSS:"))
-        .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
-        .expect("VmRSS");
-    kib * 1024
-}
-
-const SPIKE_TIMERS: usize = 10_000_000;
-
-/// The spike of issue 7: resident memory before, with 10M timers pending, and once they
-/// are all cancelled and the reapers have freed them. (A slab that gives memory back would
-/// bring the last figure near the first.)
-fn spike() {
-    let probe = Probe::leak();
-    let engine = Shardwheel::<true>::start();
-    let before = resident_bytes();
-    let mut rng = SplitMix64(42);
-    let armed: Vec<TimerHandle> = (0..SPIKE_TIMERS)
-        .map(|_| {
-            let delay = Duration::from_secs(rng.between(60, 600));
-            engine.arm(Instant::now() + delay, probe)
-        })
-        .collect();
-    thread::sleep(Duration::from_secs(1));
-    let pending = resident_bytes();
-    for handle in armed {
-        engine.cancel(handle);
-    }
-    let start = Instant::now();
-    while engine.0.stats().cancelled < SPIKE_TIMERS as u64
-        && start.elapsed() < Duration::from_secs(60)
-    {
-        thread::sleep(Duration::from_millis(10));
-    }
-    thread::sleep(Duration::from_secs(1));
-    let after = resident_bytes();
-    let mb = |bytes: u64| bytes as f64 / (1 << 20) as f64;
-    println!(
-        "RESULT spike shardwheel rss_before_mb={:.0} rss_pending_mb={:.0} rss_after_cancel_mb={:.0} after_vs_before={:.2}",
-        mb(before),
-        mb(pending),
-        mb(after),
-        after as f64 / before as f64,
-    );
-    engine.stop();
-}
-
 const W5_TIMERS: usize = 1_000_000;
 const W5_IDLE: Duration = Duration::from_secs(5);
 
@@ -624,9 +571,6 @@ fn main() {
     if runs("W5") {
         w5::<Shardwheel<true>>();
         w5::<TokioSleep>();
-    }
-    if only.split(',').any(|w| w.trim() == "spike") {
-        spike();
     }
     if runs("W6") {
         w6::<Shardwheel>();

@@ -10,6 +10,7 @@
 //! that was cancelled, reset or fired meanwhile is recognised when it comes out (its slot
 //! has moved on) and dropped.
 
+use crate::slots::Freed;
 use crate::wheel::Wheel;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -19,6 +20,11 @@ use std::collections::BinaryHeap;
 pub struct Due {
     pub(crate) wheel: Wheel<u32>,
     near: BinaryHeap<Reverse<Near>>,
+    /// The reaper's side of the shard's slots: those it freed this pass, and a shrink
+    /// under way (see `slots`).
+    pub(crate) freed: Freed,
+    /// Whether the last pass left memory to give back (the reaper comes back soon).
+    pub(crate) shrinking: bool,
 }
 
 /// A timer held until its exact deadline: its slot, as it stood when it was held.

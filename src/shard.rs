@@ -36,6 +36,10 @@ use std::time::Duration;
 /// `run`): their memory comes back within about this long.
 const TIDY_INTERVAL: Duration = Duration::from_millis(10);
 
+/// How often the reaper comes back to a shrink under way: a step costs tens of
+/// microseconds, so giving the memory of ten million timers back takes a second or so.
+const SHRINK_INTERVAL: Duration = Duration::from_millis(1);
+
 /// Messages (arrivals, changes) a pass takes in between two looks at what is due.
 const BATCH: u64 = 4096;
 
@@ -193,7 +197,9 @@ impl<T> Shard<T> {
     /// Cancels the timer in slot `index` of generation `generation`; true if it was pending
     /// (it will never run now), false for a fired, cancelled or unknown one.
     pub fn cancel(&self, index: u32, generation: u32) -> bool {
-        let Some(slot) = self.slots.get(index) else {
+        // Pinned: a stale handle's slot may be in a chunk the reaper gives back meanwhile.
+        let guard = sync::epoch::pin();
+        let Some(slot) = self.slots.get(index, &guard) else {
             return false;
         };
         // Relaxed: only a first guess for the CAS, which checks it.
@@ -235,7 +241,9 @@ impl<T> Shard<T> {
     /// (nanoseconds since the start); true if it was pending, false (and nothing changed)
     /// otherwise.
     pub fn reset(&self, index: u32, generation: u32, deadline: u64) -> bool {
-        let Some(slot) = self.slots.get(index) else {
+        // Pinned: as in `cancel`.
+        let guard = sync::epoch::pin();
+        let Some(slot) = self.slots.get(index, &guard) else {
             return false;
         };
         let mut current = slot.state.load(Ordering::Relaxed);
@@ -336,10 +344,15 @@ impl<T> Shard<T> {
                 let until_next = wake_at.map(|at| {
                     Duration::from_nanos(at.saturating_sub(self.spin_nanos + clock.elapsed()))
                 });
+                let interval = if due.shrinking {
+                    SHRINK_INTERVAL
+                } else {
+                    TIDY_INTERVAL
+                };
                 match (until_next, tidying) {
                     (Some(wait), false) => sync::park_timeout(wait),
-                    (Some(wait), true) => sync::park_timeout(wait.min(TIDY_INTERVAL)),
-                    (None, true) => sync::park_timeout(TIDY_INTERVAL),
+                    (Some(wait), true) => sync::park_timeout(wait.min(interval)),
+                    (None, true) => sync::park_timeout(interval),
                     (None, false) => sync::thread::park(),
                 }
             }
@@ -377,7 +390,7 @@ impl<T> Shard<T> {
         handler: &(dyn Fn(T) + Sync),
     ) -> bool {
         self.wakeup.awake();
-        let mut freed = Freed::new();
+        let mut freed = std::mem::take(&mut due.freed);
         // What is due already fires first, and again after every batch of messages: a
         // long backlog (the reaper fell behind) must not hold up timers already in the
         // wheel, and the time moves on meanwhile.
@@ -394,11 +407,14 @@ impl<T> Shard<T> {
         let (changed, cancelled) = self.apply_changes(due, changes, &mut freed, &mut catch_up);
         catch_up(due, &mut freed);
         self.slots.recycle(&mut freed);
+        // Both, every pass: `|` rather than `||`.
+        due.shrinking = self.slots.shrink(&mut freed, self.pending()) | due.wheel.shrink();
+        due.freed = freed;
         let mut stats = self.reaper_stats();
         stats.pass(arrived, changed);
         stats.cancelled += cancelled;
         stats.cascaded = due.wheel.cascaded();
-        changes != NIL
+        changes != NIL || due.shrinking
     }
 
     /// Fires every timer due at tick `now`: with exact deadlines, those whose deadline has
@@ -437,7 +453,10 @@ impl<T> Shard<T> {
         if due.next_near().is_some() {
             let time = elapsed();
             while let Some(near) = due.pop_near(time) {
-                let slot = self.slot(near.index);
+                // SAFETY: the reaper may look at any slot (see `Slots::owned`).
+                let Some(slot) = (unsafe { self.slots.owned(near.index) }) else {
+                    continue; // freed, and its chunk given back since
+                };
                 // Moved on since it was held: fired or cancelled (the claim below fails),
                 // or reset (back in the wheel, or held again under its new deadline).
                 // Relaxed: the reaper's own bookkeeping, or a deadline a reset is writing,
@@ -643,7 +662,7 @@ impl<T> Shard<T> {
     pub fn wind_up(&self, due: &mut Due) -> Vec<T> {
         let changes = self.changes.close();
         let arrivals = self.inbox.close();
-        let mut freed = Freed::new();
+        let mut freed = std::mem::take(&mut due.freed);
         let arrived = self.arrive(due, arrivals, &mut freed, &mut |_, _| {});
         let (_, cancelled) = self.apply_changes(due, changes, &mut freed, &mut |_, _| {});
         {
@@ -691,10 +710,10 @@ impl<T> Shard<T> {
         }
     }
 
+    /// A slot in the inboxes, the wheel or the held heap; the reaper's only.
     fn slot(&self, index: u32) -> &Slot<T> {
-        self.slots
-            .get(index)
-            .expect("the inboxes and the wheel hold installed slots")
+        // SAFETY: the reaper may look at any slot (see `Slots::owned`).
+        unsafe { self.slots.owned(index) }.expect("the inboxes and the wheel hold live slots")
     }
 }
 

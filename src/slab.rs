@@ -19,12 +19,20 @@ use std::mem::MaybeUninit;
 /// "No entry": the end of a bucket list or of the free list.
 pub(crate) const NIL: u32 = u32::MAX;
 
+/// The `next` of a retired entry, so that a shrink's look never lists it.
+const RETIRED: u32 = u32::MAX - 1;
+
 /// Largest number of slots a slab can hold. Index bit 31 is left free so that the wheel can
 /// tag a bucket number in a `prev` link (see `wheel::bucket_link`).
 pub(crate) const MAX_SLOTS: u32 = 1 << 31;
 
 /// log2 of the first chunk's length.
 const FIRST_CHUNK_BITS: u32 = 5;
+
+/// Chunks a slab keeps however few entries it holds (2,016 entries).
+const KEEP_CHUNKS: usize = 6;
+/// Entries a shrink step looks at.
+const SCAN_BUDGET: u32 = if cfg!(miri) { 64 } else { 16_384 };
 
 /// One timer. 28 bytes plus the value, aligned to 4 unless the value needs more: the
 /// deadline is kept as two `u32` halves so that a 16-byte payload makes a 36-byte entry,
@@ -75,6 +83,20 @@ pub(crate) fn chunk_len<const FIRST: u32>(chunk: usize) -> usize {
     1 << (chunk + FIRST as usize)
 }
 
+/// The first index of the layout of `chunk_of` that a slab shrinking after a spike keeps
+/// (it gives the chunks from there up back): a chunk boundary with room for `room` times
+/// the `held` entries, and at least `keep_chunks` chunks.
+pub(crate) fn keep_limit<const FIRST: u32>(held: u32, room: u32, keep_chunks: usize) -> u32 {
+    let wanted = held.saturating_mul(room).min(MAX_SLOTS - 1);
+    let chunk = chunk_of::<FIRST>(wanted);
+    let boundary = if first_index::<FIRST>(chunk) == wanted as usize {
+        wanted as usize
+    } else {
+        first_index::<FIRST>(chunk + 1)
+    };
+    boundary.max(first_index::<FIRST>(keep_chunks)) as u32
+}
+
 /// Chunks of at least this many bytes are aligned to it and backed by transparent huge
 /// pages where the system offers them (Linux's `madvise` mode, a common default).
 const HUGE_PAGE: usize = 2 << 20;
@@ -113,6 +135,25 @@ fn allocate_chunk(layout: Layout) -> *mut u8 {
     memory
 }
 
+/// Frees chunk `chunk` of a slab, given its offset base (see `Slab::bases`).
+///
+/// # Safety
+///
+/// `base` is the slab's base for chunk `chunk`, which is freed once, and no entry in it is
+/// used again or holds a value that needs dropping.
+unsafe fn dealloc_chunk<T>(base: *mut Entry<T>, chunk: usize) {
+    let layout = chunk_layout::<T>(chunk).expect("layout was valid when allocated");
+    // SAFETY: `base + first_index(chunk)` is the pointer `alloc` returned for this chunk
+    // with this very layout (see `Slab::bases`), and the caller frees it once.
+    unsafe {
+        alloc::dealloc(
+            base.wrapping_add(first_index::<FIRST_CHUNK_BITS>(chunk))
+                .cast(),
+            layout,
+        )
+    };
+}
+
 /// Entries in never-moving chunks, with a free list and per-slot generations.
 pub(crate) struct Slab<T> {
     /// Chunk `c`'s allocation, offset back by `first_index(c)` entries, so that slot `i` of
@@ -128,6 +169,44 @@ pub(crate) struct Slab<T> {
     free_head: u32,
     /// Slots holding a value.
     occupied: u32,
+    /// The highest generation ever handed out.
+    top_generation: u32,
+    /// The generation new entries start at: 0, then after a shrink above `top_generation`,
+    /// so that no key into a chunk given back matches an entry of the chunk made again.
+    floor: u32,
+    /// A shrink under way, if `shrink.cursor != u32::MAX` (see `shrink`).
+    shrink: Shrink,
+}
+
+/// A shrink of the slab (see `Slab::shrink`). While one is under way, the free list holds
+/// exactly the free entries below `cursor`; those at or above it are left off.
+#[derive(Debug)]
+struct Shrink {
+    /// Entries below it have been looked at since the shrink began (`u32::MAX`: no shrink,
+    /// the free list holds every free entry).
+    cursor: u32,
+    /// Where the look goes up to: the limit, or every initialised entry once the shrink is
+    /// given up (entries came back).
+    end: u32,
+    /// The chunk boundary the slab shrinks to (`u32::MAX` once given up).
+    limit: u32,
+    /// Occupied entries below `cursor`.
+    below: u32,
+}
+
+impl Shrink {
+    const NONE: Shrink = Shrink {
+        cursor: u32::MAX,
+        end: u32::MAX,
+        limit: u32::MAX,
+        below: 0,
+    };
+
+    /// Whether free entry `index` belongs on the free list: looked at already, or made
+    /// after a shrink given up began its last look.
+    fn lists(&self, index: u32) -> bool {
+        index < self.cursor || (self.limit == u32::MAX && index >= self.end)
+    }
 }
 
 // SAFETY: the slab owns its entries and the chunks they live in exclusively, as a
@@ -144,6 +223,9 @@ impl<T> Slab<T> {
             initialized: 0,
             free_head: NIL,
             occupied: 0,
+            top_generation: 0,
+            floor: 0,
+            shrink: Shrink::NONE,
         }
     }
 
@@ -167,7 +249,7 @@ impl<T> Slab<T> {
         prev: u32,
         next: u32,
     ) -> Result<(u32, u32), T> {
-        if self.free_head == NIL && !self.grow() {
+        if self.free_head == NIL && !self.scan_for_free() && !self.grow() {
             return Err(value);
         }
         let index = self.free_head;
@@ -182,6 +264,10 @@ impl<T> Slab<T> {
         let generation = entry.generation;
         self.free_head = free_next;
         self.occupied += 1;
+        self.top_generation = self.top_generation.max(generation);
+        if index < self.shrink.cursor {
+            self.shrink.below += 1;
+        }
         Ok((index, generation))
     }
 
@@ -207,7 +293,7 @@ impl<T> Slab<T> {
             deadline: [0; 2],
             prev: NIL,
             next: self.free_head,
-            generation: 0,
+            generation: self.floor,
         };
         // SAFETY: `index` lies in chunk `chunk`, which is allocated (just above, or earlier
         // since chunks are made in order), so the pointer is in bounds of that allocation
@@ -252,6 +338,7 @@ impl<T> Slab<T> {
     #[inline]
     pub(crate) fn free(&mut self, index: u32) -> (T, u32, u32) {
         let free_head = self.free_head;
+        let listed = self.shrink.lists(index);
         let entry = self.entry_mut(index);
         assert!(entry.is_occupied(), "slab: double free of slot {index}");
         // SAFETY: the slot is occupied, so its value is initialised; bumping the generation
@@ -260,12 +347,112 @@ impl<T> Slab<T> {
         let links = (entry.prev, entry.next);
         entry.generation = entry.generation.wrapping_add(1);
         let retired = entry.generation == 0;
-        if !retired {
+        if retired {
+            entry.next = RETIRED;
+        } else if listed {
             entry.next = free_head;
             self.free_head = index;
         }
         self.occupied -= 1;
+        if index < self.shrink.cursor && self.shrink.cursor != u32::MAX {
+            self.shrink.below -= 1;
+        }
         (value, links.0, links.1)
+    }
+
+    /// One step of giving memory back, for the slab's owner to call now and then (the
+    /// engine's reaper does every pass). Once the entries held drop below an eighth of
+    /// those ever initialised, the free list is rebuilt from the free entries below a
+    /// limit (see `keep_limit`), `SCAN_BUDGET` entries a step, and the chunks above the
+    /// limit are freed as soon as none of their entries holds a value. If entries come
+    /// back meanwhile (more than half the limit), the shrink is given up and every free
+    /// entry listed again. Returns whether there is more to do at the next step.
+    pub(crate) fn shrink(&mut self) -> bool {
+        if self.shrink.cursor == u32::MAX {
+            let limit = keep_limit::<FIRST_CHUNK_BITS>(self.occupied, 4, KEEP_CHUNKS);
+            if self.initialized <= limit
+                || self.occupied.saturating_mul(8) >= self.initialized
+                // The floor after the shrink must not wrap (never so in practice).
+                || self.top_generation > u32::MAX - 4
+            {
+                return false;
+            }
+            self.shrink = Shrink {
+                cursor: 0,
+                end: limit,
+                limit,
+                below: 0,
+            };
+            self.free_head = NIL;
+        }
+        if self.shrink.limit != u32::MAX && self.occupied.saturating_mul(2) > self.shrink.limit {
+            self.give_up_shrink();
+        }
+        let stop = self
+            .shrink
+            .end
+            .min(self.shrink.cursor.saturating_add(SCAN_BUDGET));
+        while self.shrink.cursor < stop {
+            self.look_at_next();
+        }
+        if self.shrink.cursor < self.shrink.end {
+            return true;
+        }
+        let limit = self.shrink.limit;
+        if limit == u32::MAX {
+            self.shrink = Shrink::NONE;
+        } else if self.shrink.below == self.occupied {
+            // Nothing at or above the limit holds a value: those chunks go.
+            let keep = chunk_of::<FIRST_CHUNK_BITS>(limit);
+            for (chunk, &base) in self.bases.iter().enumerate().skip(keep) {
+                // SAFETY: as in `Drop`: the pointer and layout this chunk was allocated
+                // with; its entries hold no value, and the chunk is forgotten just below.
+                unsafe { dealloc_chunk::<T>(base, chunk) };
+            }
+            self.bases.truncate(keep);
+            eprintln!("slab shrunk to {limit}");
+            self.initialized = limit;
+            self.floor = (self.top_generation | 1).wrapping_add(1);
+            self.shrink = Shrink::NONE;
+        }
+        false
+    }
+
+    /// Gives the shrink under way up: the look goes on over every initialised entry, and
+    /// lists every free one.
+    fn give_up_shrink(&mut self) {
+        self.shrink.limit = u32::MAX;
+        self.shrink.end = self.initialized;
+    }
+
+    /// Looks at the entry at the shrink's cursor: lists it if it is free, counts it if not.
+    fn look_at_next(&mut self) {
+        let index = self.shrink.cursor;
+        self.shrink.cursor += 1;
+        let free_head = self.free_head;
+        let entry = self.entry_mut(index);
+        if entry.is_occupied() {
+            self.shrink.below += 1;
+        } else if entry.next != RETIRED {
+            entry.next = free_head;
+            self.free_head = index;
+        }
+    }
+
+    /// Under a shrink, looks on for a free entry and lists it; false if there is none to
+    /// look at. The free list running dry under a shrink means the room kept is too small:
+    /// the shrink is given up, and the entries left off are looked at before any growth.
+    fn scan_for_free(&mut self) -> bool {
+        if self.shrink.cursor != u32::MAX && self.shrink.limit != u32::MAX {
+            self.give_up_shrink();
+        }
+        while self.shrink.cursor < self.shrink.end {
+            self.look_at_next();
+            if self.free_head != NIL {
+                return true;
+            }
+        }
+        false
     }
 
     /// `lookup` and `free` in one: the value and links of the timer the key names, if the
@@ -318,17 +505,9 @@ impl<T> Drop for Slab<T> {
             }
         }
         for (chunk, &base) in self.bases.iter().enumerate() {
-            let layout = chunk_layout::<T>(chunk).expect("layout was valid when allocated");
-            // SAFETY: `base + first_index(chunk)` is the pointer `alloc` returned for this
-            // chunk with this very layout, and it is freed once, here. Entries need no drop
-            // beyond their values, dropped above.
-            unsafe {
-                alloc::dealloc(
-                    base.wrapping_add(first_index::<FIRST_CHUNK_BITS>(chunk))
-                        .cast(),
-                    layout,
-                )
-            };
+            // SAFETY: the slab's own chunk, freed once, here. Entries need no drop beyond
+            // their values, dropped above.
+            unsafe { dealloc_chunk::<T>(base, chunk) };
         }
     }
 }
@@ -443,6 +622,118 @@ mod tests {
         assert_eq!(Rc::strong_count(&tracker), 1 + kept.len());
         drop(slab);
         assert_eq!(Rc::strong_count(&tracker), 1);
+    }
+
+    /// Allocates `count` entries and frees all but those whose index `keep` accepts;
+    /// returns every key handed out.
+    fn spike(slab: &mut Slab<u32>, count: u32, keep: impl Fn(u32) -> bool) -> Vec<(u32, u32)> {
+        let keys: Vec<(u32, u32)> = (0..count)
+            .map(|i| slab.alloc(u64::from(i), i, NIL, NIL).unwrap())
+            .collect();
+        for &(index, _) in &keys {
+            if !keep(index) {
+                slab.free(index);
+            }
+        }
+        keys
+    }
+
+    fn shrink_fully(slab: &mut Slab<u32>) {
+        let mut steps = 0;
+        while slab.shrink() {
+            steps += 1;
+            assert!(steps < 1_000_000, "the shrink never ends");
+        }
+    }
+
+    const SPIKE: u32 = if cfg!(miri) { 3_000 } else { 200_000 };
+
+    #[test]
+    fn top_chunks_go_once_entries_drop_far_below_the_high_water_mark() {
+        let mut slab = Slab::new();
+        let keys = spike(&mut slab, SPIKE, |index| index % 1_000 == 0);
+        shrink_fully(&mut slab);
+        let limit = keep_limit::<FIRST_CHUNK_BITS>(SPIKE.div_ceil(1_000), 4, KEEP_CHUNKS);
+        assert!(limit < SPIKE / 8);
+        // Entries above the limit held values: the chunks wait for them.
+        assert_eq!(slab.initialized(), SPIKE);
+        for &(index, _) in &keys {
+            if index % 1_000 == 0 && index >= limit {
+                slab.free(index);
+            }
+        }
+        shrink_fully(&mut slab);
+        assert_eq!(
+            slab.initialized(),
+            limit,
+            "the chunks above the limit are freed"
+        );
+        assert_eq!(slab.bases.len(), chunk_of::<FIRST_CHUNK_BITS>(limit));
+        for &(index, generation) in &keys {
+            let kept = index % 1_000 == 0 && index < limit;
+            assert_eq!(slab.lookup(index, generation).is_some(), kept, "{index}");
+        }
+        // Every free entry below the limit is listed: allocations fill them before growing.
+        let kept = slab.len() as u32;
+        let fresh: Vec<(u32, u32)> = (kept..limit + 10)
+            .map(|i| slab.alloc(0, i, NIL, NIL).unwrap())
+            .collect();
+        assert_eq!(slab.initialized(), limit + 10);
+        for &(index, generation) in &fresh {
+            let old = keys[index as usize].1;
+            assert!(
+                index < limit || generation > old,
+                "slot {index} made again at generation {generation}, an old key had {old}"
+            );
+        }
+        assert_eq!(slab.len() as u32, limit + 10);
+    }
+
+    #[test]
+    fn entries_coming_back_stop_the_shrink_and_every_free_entry_is_listed_again() {
+        let mut slab = Slab::new();
+        // The last entry stays: its chunk, and the chunks below down to the limit, wait.
+        spike(&mut slab, SPIKE, |index| index == SPIKE - 1);
+        assert!(!slab.shrink(), "one step lists the entries below the limit");
+        assert_ne!(
+            slab.shrink.cursor,
+            u32::MAX,
+            "the shrink waits for the last entry"
+        );
+        // Entries come back in numbers: once the free list runs dry the shrink is given up
+        // and every free entry (the high ones left off the list too) is listed again, so
+        // the slab does not grow.
+        let back: Vec<u32> = (1..SPIKE)
+            .map(|i| slab.alloc(0, i, NIL, NIL).unwrap().0)
+            .collect();
+        assert_eq!(
+            slab.initialized(),
+            SPIKE,
+            "no entry was left off the free list"
+        );
+        assert_eq!(slab.len() as u32, SPIKE);
+        assert!(!slab.shrink());
+        assert_eq!(slab.shrink.cursor, u32::MAX, "no shrink under way");
+        assert!(back.iter().all(|&index| index < SPIKE - 1));
+    }
+
+    #[test]
+    fn a_retired_entry_is_never_listed_by_a_shrink() {
+        let mut slab = Slab::new();
+        let (retiring, _) = slab.alloc(0, 0u32, NIL, NIL).unwrap();
+        slab.entry_mut(retiring).generation = u32::MAX;
+        slab.free(retiring);
+        spike(&mut slab, SPIKE, |_| false);
+        // The slab holds one entry for each alloc below: none may be the retired one.
+        let held: Vec<u32> = (0..10)
+            .map(|_| slab.alloc(0, 0, NIL, NIL).unwrap().0)
+            .collect();
+        shrink_fully(&mut slab);
+        let limit = slab.initialized();
+        let after: Vec<u32> = (10..limit)
+            .map(|_| slab.alloc(0, 0, NIL, NIL).unwrap().0)
+            .collect();
+        assert!(held.iter().chain(&after).all(|&index| index != retiring));
     }
 
     #[test]

@@ -35,13 +35,38 @@
 //!   payload and unlinked the slot from its wheel (a producer may free a slot it never
 //!   published); a slot whose generation would wrap is retired
 //!   instead of reused, so no handle ever names a later timer.
+//!
+//! # Giving memory back
+//!
+//! After a spike, when the timers pending drop below an eighth of the slots ever handed
+//! out (`SHRINK_BELOW`), the reaper gives the top chunks back until what is left holds
+//! four times the pending timers (`ROOM`, and at least `KEEP_CHUNKS` chunks). It takes the whole free stack and
+//! sorts it, `SORT_BUDGET` slots a pass so that no pass stalls the timers due: slots
+//! below the limit go back on the stack, the others it holds, and so it does with every
+//! slot it frees above the limit from then on. Once it holds every slot the top chunk
+//! handed out, no thread can be using one (none is pending, none is on the stack), so:
+//! - it closes claims (`CLOSED`: a claim that came first moved the frontier and fails
+//!   the CAS; later ones wait for the next two stores), clears the chunk's pointer and
+//!   lowers the frontier to the chunk's start, so that claims install a fresh chunk;
+//! - a fresh chunk's slots start at `floor`, a generation above any that a handle names
+//!   in the chunk given back, so a stale handle never matches a new timer;
+//! - the memory is freed through crossbeam-epoch: threads that look a slot up by index
+//!   (`cancel` and `reset` with any handle, and `take` popping the free stack) are pinned
+//!   meanwhile, and the free waits until every thread pinned before the pointer was
+//!   cleared has unpinned. Afterwards a stale handle finds no chunk, or a fresh one.
+//!
+//! If timers come back before the shrink is done (to more than half the room), the held
+//! slots go back on the stack. Only the top chunk can go, so a timer that lives long in
+//! a high chunk holds the chunks below it too until it fires or is cancelled.
 
 use crate::handle::Key;
 use crate::slab::{self, NIL};
-use crate::sync::{AtomicPtr, AtomicU32, AtomicU64, Ordering, UnsafeCell};
+use crate::sync::epoch::{self, Guard};
+use crate::sync::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering, UnsafeCell};
 use crossbeam_utils::CachePadded;
 use std::mem::MaybeUninit;
 use std::ptr;
+use std::sync::Arc;
 
 /// Slot states, in the low bits of the state word.
 pub(crate) const FREE: u64 = 0;
@@ -56,10 +81,24 @@ pub(crate) const QUEUED: u64 = 8;
 /// Both flags.
 pub(crate) const FLAGS: u64 = RESETTING | QUEUED;
 
-/// log2 of the first chunk's length.
-const FIRST_CHUNK_BITS: u32 = 6;
+/// log2 of the first chunk's length; 1 under loom, so that a model fills a chunk and gives
+/// it back in a few steps.
+const FIRST_CHUNK_BITS: u32 = if cfg!(loom) { 1 } else { 6 };
 /// Enough chunks for `MAX_SLOTS` slots.
-const CHUNKS: usize = 26;
+const CHUNKS: usize = 32 - FIRST_CHUNK_BITS as usize;
+/// Set in `Slots::claimed` while the reaper gives the top chunk back.
+const CLOSED: u64 = 1 << 32;
+/// Chunks a shard keeps however few timers are pending (4,032 slots, 200 KB or so).
+const KEEP_CHUNKS: usize = if cfg!(loom) { 1 } else { 6 };
+/// A shrink begins once the timers pending times this are fewer than the slots handed
+/// out (1 under loom, as below, so that a model of a few slots gets there).
+const SHRINK_BELOW: u32 = if cfg!(loom) { 1 } else { 8 };
+/// A shrink keeps room for this many times the timers pending, and is given up if they
+/// come back to more than half of that.
+const ROOM: u32 = if cfg!(loom) { 1 } else { 4 };
+/// Free slots the reaper sorts per pass while it gives memory back (fewer under miri, so
+/// that its tests need few slots to take more than one pass).
+const SORT_BUDGET: u32 = if cfg!(miri) { 64 } else { 16_384 };
 /// Slots a shard can hold; handles keep slot numbers in 31 bits.
 pub(crate) const MAX_SLOTS: u32 = 1 << 31;
 
@@ -89,6 +128,9 @@ pub(crate) struct Slot<T> {
     wheel_key: AtomicU64,
     /// Initialised from the producer's write until the reaper takes it out.
     payload: UnsafeCell<MaybeUninit<T>>,
+    /// Set when the slot's chunk is freed (loom keeps the memory; see `free_chunk`).
+    #[cfg(loom)]
+    freed: UnsafeCell<bool>,
 }
 
 impl<T> Slot<T> {
@@ -103,7 +145,17 @@ impl<T> Slot<T> {
             change_link: AtomicU32::new(0),
             wheel_key: AtomicU64::new(0),
             payload: UnsafeCell::new(MaybeUninit::uninit()),
+            freed: UnsafeCell::new(false),
         }
+    }
+
+    /// Under loom, fails the model if the slot's chunk was freed: a read of the flag that
+    /// races with `free_chunk`'s write is reported by loom, one ordered after it fails here.
+    fn check_live(&self) {
+        #[cfg(loom)]
+        // SAFETY: loom checks this read against `free_chunk`'s write.
+        self.freed
+            .with(|freed| assert!(!unsafe { *freed }, "touched a slot of a freed chunk"));
     }
 
     /// The slot's key in the reaper's wheel, if it is in it. Reaper only.
@@ -161,14 +213,15 @@ fn decode_key(bits: u64) -> Option<Key> {
 /// Where slot `index` lives: (chunk, offset), in the wheel slab's geometric layout.
 fn locate(index: u32) -> (usize, usize) {
     let chunk = slab::chunk_of::<FIRST_CHUNK_BITS>(index);
-    (
-        chunk,
-        index as usize - slab::first_index::<FIRST_CHUNK_BITS>(chunk),
-    )
+    (chunk, index as usize - first_index(chunk) as usize)
 }
 
 fn chunk_len(chunk: usize) -> usize {
     slab::chunk_len::<FIRST_CHUNK_BITS>(chunk)
+}
+
+fn first_index(chunk: usize) -> u32 {
+    slab::first_index::<FIRST_CHUNK_BITS>(chunk) as u32
 }
 
 /// A chunk of `len` fresh slots, owned by the caller (see `chunk_box`).
@@ -207,6 +260,35 @@ unsafe fn chunk_box<T>(base: *mut Slot<T>, chunk: usize) -> Box<[Slot<T>]> {
     unsafe { Box::from_raw(ptr::slice_from_raw_parts_mut(base, chunk_len(chunk))) }
 }
 
+/// Frees a chunk given back, whose slots are all free. Under loom the memory is kept and
+/// each slot marked freed instead, so that a model sees any later access (see
+/// `Slot::check_live`) rather than reading freed memory.
+///
+/// # Safety
+///
+/// As for `chunk_box`.
+unsafe fn free_chunk<T>(base: *mut Slot<T>, chunk: usize) {
+    // SAFETY: the caller's contract is `chunk_box`'s.
+    let slots = unsafe { chunk_box(base, chunk) };
+    #[cfg(loom)]
+    {
+        for slot in slots.iter() {
+            // SAFETY: loom checks this write against every other access to the flag.
+            slot.freed.with_mut(|freed| unsafe { *freed = true });
+        }
+        Box::leak(slots);
+    }
+    #[cfg(not(loom))]
+    drop(slots);
+}
+
+/// A chunk pointer that may cross to whichever thread runs the deferred free.
+struct ChunkPtr<T>(*mut Slot<T>);
+
+// SAFETY: the pointer is only used to free a chunk no thread reaches any more (see
+// `Slots::give_back_top`), and a chunk given back holds no payload, so no `T` moves.
+unsafe impl<T> Send for ChunkPtr<T> {}
+
 /// The free stack's head: a tag in the high half, a slot index (or `NIL`) in the low half.
 fn free_head(tag: u32, index: u32) -> u64 {
     (u64::from(tag) << 32) | u64::from(index)
@@ -214,11 +296,18 @@ fn free_head(tag: u32, index: u32) -> u64 {
 
 /// The shared slots of one shard.
 pub(crate) struct Slots<T> {
-    /// Chunk `c`, or null until some thread installs it; never changes once installed.
+    /// Chunk `c`, or null until some thread installs it; then fixed until the reaper gives
+    /// it back (and a later claim installs a fresh one).
     chunks: [AtomicPtr<Slot<T>>; CHUNKS],
-    /// Slots handed out at least once; every index below is in an installed chunk or in
-    /// one being installed by the thread that claimed the index.
-    claimed: AtomicU32,
+    /// The claim frontier: slots below it were handed out at least once, and every one is
+    /// in an installed chunk or in one being installed by the thread that claimed it. Only
+    /// the reaper lowers it, as it gives the top chunk back (with `CLOSED` set meanwhile).
+    claimed: AtomicU64,
+    /// The generation a newly claimed slot starts at: above every generation any handle
+    /// names in a chunk given back, so a fresh chunk in its place can never match one.
+    floor: AtomicU32,
+    /// Chunks given back whose memory is not freed yet (the epoch has not moved on).
+    unfreed: Arc<AtomicUsize>,
     /// Head of the free stack (see `free_head`); on its own cache line, as producers and
     /// the reaper both write it while every thread reads `chunks`.
     free: CachePadded<AtomicU64>,
@@ -236,7 +325,9 @@ impl<T> Slots<T> {
     pub(crate) fn new() -> Self {
         Slots {
             chunks: std::array::from_fn(|_| AtomicPtr::new(ptr::null_mut())),
-            claimed: AtomicU32::new(0),
+            claimed: AtomicU64::new(0),
+            floor: AtomicU32::new(0),
+            unfreed: Arc::new(AtomicUsize::new(0)),
             free: CachePadded::new(AtomicU64::new(free_head(0, NIL))),
         }
     }
@@ -244,6 +335,10 @@ impl<T> Slots<T> {
     /// Takes a free slot for a producer, which then owns it until it publishes it. Returns
     /// its index and the slot, or `None` when all `MAX_SLOTS` slots are in use.
     pub(crate) fn take(&self) -> Option<(u32, &Slot<T>)> {
+        // Pinned while popping: the head's `link` is read before the CAS that decides
+        // whether the slot was still free, and by then the reaper may have taken it and
+        // given its chunk back; the pin keeps that memory alive (and the CAS fails).
+        let guard = epoch::pin();
         // Acquire: pairs with the reaper's Release push, so the slot's `link` and the state
         // it freed the slot with are visible.
         let mut head = self.free.load(Ordering::Acquire);
@@ -252,7 +347,20 @@ impl<T> Slots<T> {
             if index == NIL {
                 return self.claim();
             }
-            let slot = self.get(index).expect("free stack holds installed slots");
+            let Some(slot) = self.get(index, &guard) else {
+                // The reaper took the stack and gave this slot's chunk back since the head
+                // was read, so the head has moved on: read it with an RMW, which sees the
+                // latest value (a load might see this one again).
+                head = match self.free.compare_exchange(
+                    head,
+                    head,
+                    Ordering::Acquire,
+                    Ordering::Acquire,
+                ) {
+                    Ok(current) | Err(current) => current,
+                };
+                continue;
+            };
             // Relaxed: if the slot was popped and pushed again meanwhile, the tag differs and
             // the CAS below fails, whatever this read returned.
             let next = slot.link.load(Ordering::Relaxed);
@@ -262,22 +370,31 @@ impl<T> Slots<T> {
                 Ordering::Acquire,
                 Ordering::Acquire,
             ) {
-                Ok(_) => return Some((index, slot)),
+                // SAFETY: popped, so the slot is the caller's, which keeps its chunk (see
+                // `owned`).
+                Ok(_) => return Some((index, unsafe { self.owned(index) }.expect("popped"))),
                 Err(current) => head = current,
             }
         }
     }
 
-    /// A never-used slot, installing its chunk if this is the chunk's first slot.
+    /// A never-used slot (or one of a chunk given back), installing its chunk if this is
+    /// the first claim in it.
     fn claim(&self) -> Option<(u32, &Slot<T>)> {
-        // Relaxed: the counter only hands out distinct indices; the chunk pointer carries
-        // the synchronisation.
-        let index = self
-            .claimed
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
-                (n < MAX_SLOTS).then_some(n + 1)
-            })
-            .ok()?;
+        // Acquire: pairs with the reaper's Release store that reopens claims, so a claim
+        // after a give-back sees the chunk's pointer cleared and the raised floor.
+        let index = loop {
+            match self
+                .claimed
+                .fetch_update(Ordering::Acquire, Ordering::Relaxed, |n| {
+                    (n < u64::from(MAX_SLOTS)).then_some(n + 1)
+                }) {
+                Ok(n) => break n as u32,
+                // The reaper is between two stores (`give_back_top`): claims wait for it.
+                Err(n) if n & CLOSED != 0 => crate::sync::thread::yield_now(),
+                Err(_) => return None,
+            }
+        };
         let (chunk, offset) = locate(index);
         let mut base = self.chunks[chunk].load(Ordering::Acquire);
         if base.is_null() {
@@ -299,28 +416,64 @@ impl<T> Slots<T> {
                 }
             };
         }
-        // SAFETY: `base` is an installed chunk of `chunk_len(chunk)` slots, `offset` is below
-        // that, and chunks live as long as `self`.
-        Some((index, unsafe { &*base.add(offset) }))
+        // SAFETY: `base` is an installed chunk of `chunk_len(chunk)` slots and `offset` is
+        // below that; the chunk stays while this slot is not free (see `owned`).
+        let slot = unsafe { &*base.add(offset) };
+        slot.check_live();
+        // Relaxed: the slot is ours; a stale handle's CAS on it fails whichever word it
+        // sees (0 in a fresh chunk, or a generation above the one it names).
+        slot.state.store(
+            word(self.floor.load(Ordering::Relaxed), FREE),
+            Ordering::Relaxed,
+        );
+        Some((index, slot))
     }
 
-    /// The slot at `index`, if it exists. Any `u32` may be asked for.
-    pub(crate) fn get(&self, index: u32) -> Option<&Slot<T>> {
+    /// The address of slot `index`, if its chunk is installed. Any `u32` may be asked for.
+    fn address(&self, index: u32) -> Option<*const Slot<T>> {
         if index >= MAX_SLOTS {
             return None;
         }
         let (chunk, offset) = locate(index);
         // Acquire: pairs with the installing CAS, so the slots are seen initialised.
         let base = self.chunks[chunk].load(Ordering::Acquire);
-        // SAFETY: a non-null chunk pointer is an installed chunk of `chunk_len(chunk)`
-        // slots, `offset` is below that, and chunks live as long as `self`.
-        (!base.is_null()).then(|| unsafe { &*base.add(offset) })
+        // In bounds: a non-null chunk pointer is an installed chunk of `chunk_len(chunk)`
+        // slots, and `offset` is below that.
+        (!base.is_null()).then(|| base.wrapping_add(offset).cast_const())
+    }
+
+    /// The slot at `index`, if its chunk is installed, for as long as `guard` pins the
+    /// thread: any thread, with any index (a stale handle's, say).
+    pub(crate) fn get<'g>(&'g self, index: u32, _guard: &'g Guard) -> Option<&'g Slot<T>> {
+        // SAFETY: the chunk was installed when its pointer was read, and the reaper frees
+        // a chunk it gives back only once every thread pinned before it cleared the
+        // pointer has unpinned: `guard` keeps the memory for the borrow.
+        let slot = unsafe { &*self.address(index)? };
+        slot.check_live();
+        Some(slot)
+    }
+
+    /// The slot at `index`, if its chunk is installed, without a pin.
+    ///
+    /// # Safety
+    ///
+    /// The slot is not free, or it is the reaper's (it freed it and holds it back), for as
+    /// long as the reference is used: a chunk is given back only when every slot it has
+    /// handed out is free and held by the reaper, so the caller's slot keeps it. The
+    /// reaper may ask for any index: it is the only thread that gives chunks back, so a
+    /// pointer it reads is current.
+    pub(crate) unsafe fn owned(&self, index: u32) -> Option<&Slot<T>> {
+        // SAFETY: by the contract above the chunk outlives the borrow.
+        let slot = unsafe { &*self.address(index)? };
+        slot.check_live();
+        Some(slot)
     }
 
     /// Gives a slot back after its payload was taken: bumps its generation and chains it
-    /// on `freed`, or retires it when the generation would wrap. Called by the owner of
-    /// the slot: the reaper, or a producer whose push was refused. The slot is free from
-    /// here on (no handle reaches its payload), and reusable once `freed` is recycled.
+    /// on `freed` (or holds it back, while the reaper gives its chunk back), or retires it
+    /// when the generation would wrap. Called by the owner of the slot: the reaper, or a
+    /// producer whose push was refused. The slot is free from here on (no handle reaches
+    /// its payload), and reusable once `freed` is recycled.
     pub(crate) fn release(&self, index: u32, slot: &Slot<T>, generation: u32, freed: &mut Freed) {
         let next_generation = generation.wrapping_add(1);
         // Release: a producer that later sees the slot FREE (through the free stack's
@@ -330,21 +483,24 @@ impl<T> Slots<T> {
         if next_generation == 0 {
             return;
         }
-        // Relaxed: published by `recycle`'s Release CAS.
-        slot.link.store(freed.first, Ordering::Relaxed);
-        if freed.first == NIL {
-            freed.last = index;
+        match &mut freed.shrink {
+            Some(shrink) if index >= shrink.limit => shrink.hold(index, slot),
+            _ => freed.chain.push(index, slot),
         }
-        freed.first = index;
     }
 
     /// Pushes the slots chained on `freed` on the free stack, with one CAS for them all:
     /// the reaper frees many slots a pass, and producers pop from the same head.
     pub(crate) fn recycle(&self, freed: &mut Freed) {
-        if freed.first == NIL {
+        self.push_chain(std::mem::take(&mut freed.chain));
+    }
+
+    fn push_chain(&self, chain: Chain) {
+        if chain.first == NIL {
             return;
         }
-        let last = self.get(freed.last).expect("freed slots are installed");
+        // SAFETY: the chain's slots are free and the caller's.
+        let last = unsafe { self.owned(chain.last) }.expect("chained slots are installed");
         let mut head = self.free.load(Ordering::Relaxed);
         loop {
             let (tag, top) = ((head >> 32) as u32, head as u32);
@@ -353,7 +509,7 @@ impl<T> Slots<T> {
             // pop them.
             match self.free.compare_exchange_weak(
                 head,
-                free_head(tag.wrapping_add(1), freed.first),
+                free_head(tag.wrapping_add(1), chain.first),
                 Ordering::Release,
                 Ordering::Relaxed,
             ) {
@@ -361,22 +517,243 @@ impl<T> Slots<T> {
                 Err(current) => head = current,
             }
         }
-        *freed = Freed::new();
+    }
+
+    /// Takes the whole free stack, for the reaper to sort; returns its first slot.
+    fn take_free_stack(&self) -> u32 {
+        let mut head = self.free.load(Ordering::Relaxed);
+        loop {
+            let tag = (head >> 32) as u32;
+            // Acquire: pairs with the pushes' Release, so the links are visible.
+            match self.free.compare_exchange_weak(
+                head,
+                free_head(tag.wrapping_add(1), NIL),
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return head as u32,
+                Err(current) => head = current,
+            }
+        }
+    }
+
+    /// The reaper's step at the end of each pass: gives memory back once `pending` drops
+    /// far below the slots handed out (see "Giving memory back"). Returns whether there is
+    /// more to do soon (free slots still to sort, or chunks whose memory is not yet freed).
+    pub(crate) fn shrink(&self, freed: &mut Freed, pending: usize) -> bool {
+        let pending = u32::try_from(pending).unwrap_or(u32::MAX);
+        // Relaxed: only the reaper closes or lowers the frontier; a claim that moves it
+        // on meanwhile only makes this snapshot conservative.
+        let frontier = self.claimed.load(Ordering::Relaxed) as u32;
+        if freed.shrink.is_none() {
+            let limit = slab::keep_limit::<FIRST_CHUNK_BITS>(pending, ROOM, KEEP_CHUNKS);
+            if frontier > limit && pending.saturating_mul(SHRINK_BELOW) < frontier {
+                freed.shrink = Some(Box::new(Shrink {
+                    limit,
+                    unsorted: self.take_free_stack(),
+                    held: [Held::EMPTY; CHUNKS],
+                }));
+            }
+        }
+        if let Some(shrink) = &mut freed.shrink {
+            if shrink.limit != u32::MAX && pending.saturating_mul(ROOM) / 2 > shrink.limit {
+                // Timers came back: so do the slots held back.
+                shrink.limit = u32::MAX;
+                for held in &mut shrink.held {
+                    self.push_chain(std::mem::replace(held, Held::EMPTY).chain);
+                }
+            }
+            self.sort(shrink, &mut freed.chain);
+            self.push_chain(std::mem::take(&mut freed.chain));
+            while self.give_back_top(shrink) {}
+            let frontier = self.claimed.load(Ordering::Relaxed) as u32;
+            if shrink.unsorted == NIL && frontier <= shrink.limit {
+                freed.shrink = None;
+            }
+        }
+        // Relaxed: a count; the frees themselves are ordered by the epoch.
+        let unfreed = self.unfreed.load(Ordering::Relaxed) > 0;
+        if unfreed {
+            // Moves the epoch on, so that the frees deferred run as soon as no thread is
+            // pinned from before them; otherwise they would wait for other threads' pins.
+            epoch::pin().flush();
+        }
+        unfreed
+            || freed
+                .shrink
+                .as_ref()
+                .is_some_and(|shrink| shrink.unsorted != NIL)
+    }
+
+    /// Sorts up to `SORT_BUDGET` slots of the free stack taken for a shrink: those below
+    /// the limit go back on `hot`, the others are held.
+    fn sort(&self, shrink: &mut Shrink, hot: &mut Chain) {
+        for _ in 0..SORT_BUDGET {
+            let index = shrink.unsorted;
+            if index == NIL {
+                break;
+            }
+            // SAFETY: taken off the free stack by the reaper, so its own.
+            let slot = unsafe { self.owned(index) }.expect("free slots are installed");
+            // Relaxed: the reaper's own chain since it took the stack (with Acquire).
+            shrink.unsorted = slot.link.load(Ordering::Relaxed);
+            if index >= shrink.limit {
+                shrink.hold(index, slot);
+            } else {
+                hot.push(index, slot);
+            }
+        }
+    }
+
+    /// Gives the top chunk back if every slot it handed out is held: returns whether it
+    /// did.
+    fn give_back_top(&self, shrink: &mut Shrink) -> bool {
+        // Relaxed: as in `shrink`; the CAS below checks it.
+        let frontier = self.claimed.load(Ordering::Relaxed);
+        let top = frontier as u32;
+        if top <= shrink.limit {
+            return false;
+        }
+        let chunk = locate(top - 1).0;
+        let held = shrink.held[chunk];
+        if held.count != top - first_index(chunk) {
+            return false;
+        }
+        // Claims wait from here (one that came first moved the frontier: its slot is not
+        // held, and the CAS fails). Relaxed: the frontier is the only data at stake.
+        if self
+            .claimed
+            .compare_exchange(
+                frontier,
+                frontier | CLOSED,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            )
+            .is_err()
+        {
+            return false;
+        }
+        // Relaxed: a thread that read the old pointer is pinned, and the epoch's SeqCst
+        // fences (its pin's, and sealing the deferred free) keep the memory until it
+        // unpins; the next claimer learns of the swap through the Release store below.
+        let base = self.chunks[chunk].swap(ptr::null_mut(), Ordering::Relaxed);
+        // Relaxed: published with the frontier below. Only the reaper writes it.
+        let floor = self.floor.load(Ordering::Relaxed);
+        self.floor
+            .store(floor.max(held.next_generation), Ordering::Relaxed);
+        // Release: the cleared pointer and the floor, to the claims that follow.
+        self.claimed
+            .store(u64::from(first_index(chunk)), Ordering::Release);
+        shrink.held[chunk] = Held::EMPTY;
+        // Relaxed: a count (see `shrink`).
+        self.unfreed.fetch_add(1, Ordering::Relaxed);
+        let unfreed = Arc::clone(&self.unfreed);
+        let base = ChunkPtr(base);
+        let guard = epoch::pin();
+        // SAFETY: no thread can reach the chunk anew: its pointer is cleared, its slots are
+        // on no list (all held here, then forgotten), and claims go to a fresh chunk. The
+        // epoch runs the free only after every thread pinned before now has unpinned, so
+        // no reference from `get` or `take` outlives it; the reaper keeps none. The closure
+        // touches no `T` (all slots are free) and the memory it frees is its own.
+        unsafe {
+            guard.defer_unchecked(move || {
+                let ChunkPtr(base) = base;
+                free_chunk(base, chunk);
+                unfreed.fetch_sub(1, Ordering::Relaxed);
+            });
+        }
+        guard.flush();
+        true
+    }
+
+    /// Chunks given back whose memory the epoch has not freed yet.
+    #[cfg(test)]
+    fn unfreed(&self) -> usize {
+        self.unfreed.load(Ordering::Relaxed)
     }
 }
 
-/// Slots freed but not yet back on the free stack, chained through their `link`.
-#[derive(Debug)]
-pub(crate) struct Freed {
+/// A chain of free slots through their `link`, which its owner can push in one CAS.
+#[derive(Debug, Clone, Copy)]
+struct Chain {
     first: u32,
     last: u32,
+}
+
+impl Chain {
+    const EMPTY: Chain = Chain {
+        first: NIL,
+        last: NIL,
+    };
+
+    fn push<T>(&mut self, index: u32, slot: &Slot<T>) {
+        // Relaxed: published by the push on the free stack, a Release CAS.
+        slot.link.store(self.first, Ordering::Relaxed);
+        if self.first == NIL {
+            self.last = index;
+        }
+        self.first = index;
+    }
+}
+
+impl Default for Chain {
+    fn default() -> Self {
+        Chain::EMPTY
+    }
+}
+
+/// What the reaper holds of one chunk while it gives memory back.
+#[derive(Debug, Clone, Copy)]
+struct Held {
+    chain: Chain,
+    count: u32,
+    /// The highest generation a held slot would be reused at.
+    next_generation: u32,
+}
+
+impl Held {
+    const EMPTY: Held = Held {
+        chain: Chain::EMPTY,
+        count: 0,
+        next_generation: 0,
+    };
+}
+
+/// A shrink under way: the reaper holds back every free slot at or above `limit`, chunk
+/// by chunk, and gives the top chunk back once all its slots are held.
+#[derive(Debug)]
+struct Shrink {
+    /// A chunk boundary (`u32::MAX` once given up: everything goes back on the stack).
+    limit: u32,
+    /// The rest of the free stack taken when the shrink began, still to sort.
+    unsorted: u32,
+    held: [Held; CHUNKS],
+}
+
+impl Shrink {
+    fn hold<T>(&mut self, index: u32, slot: &Slot<T>) {
+        // Relaxed: a FREE word the reaper wrote, or read through the stack's Acquire.
+        let (generation, _) = split(slot.state.load(Ordering::Relaxed));
+        let held = &mut self.held[locate(index).0];
+        held.chain.push(index, slot);
+        held.count += 1;
+        held.next_generation = held.next_generation.max(generation);
+    }
+}
+
+/// Slots freed but not yet back on the free stack, chained through their `link`; and, for
+/// the reaper, a shrink under way.
+#[derive(Debug, Default)]
+pub(crate) struct Freed {
+    chain: Chain,
+    shrink: Option<Box<Shrink>>,
 }
 
 impl Freed {
     pub(crate) const fn new() -> Self {
         Freed {
-            first: NIL,
-            last: NIL,
+            chain: Chain::EMPTY,
+            shrink: None,
         }
     }
 }
@@ -385,7 +762,7 @@ impl<T> Drop for Slots<T> {
     fn drop(&mut self) {
         // Slots at or above `claimed` were never handed out, so hold no payload; not
         // visiting them leaves the untouched pages of a huge chunk untouched.
-        let claimed = self.claimed.load(Ordering::Relaxed);
+        let claimed = self.claimed.load(Ordering::Relaxed) as u32;
         for (chunk, pointer) in self.chunks.iter().enumerate() {
             // Acquire: `&mut self` already excludes other threads; this only makes the
             // chunk's contents visible as any reader's load would.
@@ -396,7 +773,7 @@ impl<T> Drop for Slots<T> {
             // SAFETY: installed chunks come from `new_chunk` with this length, and `&mut
             // self` means no other thread holds a reference into them.
             let slots = unsafe { chunk_box(base, chunk) };
-            let first = slab::first_index::<FIRST_CHUNK_BITS>(chunk);
+            let first = first_index(chunk) as usize;
             let used = (claimed as usize).saturating_sub(first).min(slots.len());
             for slot in &slots[..used] {
                 let (_, state) = split(slot.state.load(Ordering::Relaxed));
@@ -445,8 +822,208 @@ mod tests {
         let (b, again) = slots.take().unwrap();
         assert_eq!(b, a);
         assert_eq!(split(again.state.load(Ordering::Relaxed)), (1, FREE));
-        assert!(slots.get(MAX_SLOTS).is_none());
-        assert!(slots.get(5_000).is_none(), "chunk never installed");
+        let guard = epoch::pin();
+        assert!(slots.get(MAX_SLOTS, &guard).is_none());
+        assert!(slots.get(5_000, &guard).is_none(), "chunk never installed");
+    }
+
+    /// Plays producer and reaper: takes `count` slots, publishes each (generation as it
+    /// came), then frees them all as the reaper would; returns their indices and
+    /// generations.
+    fn take_and_free(slots: &Slots<u64>, count: usize, freed: &mut Freed) -> Vec<(u32, u32)> {
+        let taken: Vec<(u32, u32)> = (0..count)
+            .map(|_| {
+                let (index, slot) = slots.take().unwrap();
+                let (generation, _) = split(slot.state.load(Ordering::Relaxed));
+                // SAFETY: just taken, unpublished.
+                unsafe { slot.write_payload(u64::from(index)) };
+                slot.state
+                    .store(word(generation, PENDING), Ordering::Release);
+                (index, generation)
+            })
+            .collect();
+        for &(index, generation) in &taken {
+            // SAFETY: published above; the test is its reaper.
+            let slot = unsafe { slots.owned(index) }.unwrap();
+            // SAFETY: published, taken once here, then released.
+            assert_eq!(unsafe { slot.take_payload() }, u64::from(index));
+            slots.release(index, slot, generation, freed);
+        }
+        slots.recycle(freed);
+        taken
+    }
+
+    /// Runs the reaper's shrink step until it has nothing left to do soon (the deferred
+    /// frees need the epoch to move on, which other tests' threads may hold up a while).
+    fn shrink_until_settled(slots: &Slots<u64>, freed: &mut Freed, pending: usize) {
+        for _ in 0..100_000 {
+            if !slots.shrink(freed, pending) {
+                return;
+            }
+            std::thread::yield_now();
+        }
+        panic!("the shrink never settled");
+    }
+
+    fn frontier(slots: &Slots<u64>) -> u32 {
+        slots.claimed.load(Ordering::Relaxed) as u32
+    }
+
+    #[test]
+    fn chunks_all_free_are_given_back_and_stale_handles_find_nothing() {
+        let slots: Slots<u64> = Slots::new();
+        let mut freed = Freed::new();
+        let count = if cfg!(miri) { 300 } else { 20_000 };
+        let taken = take_and_free(&slots, count, &mut freed);
+        assert_eq!(frontier(&slots), count as u32);
+        shrink_until_settled(&slots, &mut freed, 0);
+        let keep = first_index(KEEP_CHUNKS);
+        assert_eq!(
+            frontier(&slots),
+            keep,
+            "claims start again where the kept chunks end"
+        );
+        assert_eq!(slots.unfreed(), 0, "every chunk given back is freed");
+        let guard = epoch::pin();
+        for chunk in 0..CHUNKS {
+            let installed = !slots.chunks[chunk].load(Ordering::Relaxed).is_null();
+            assert_eq!(installed, chunk < KEEP_CHUNKS, "chunk {chunk}");
+        }
+        let (above, generation) = *taken.last().unwrap();
+        assert!(above >= keep);
+        assert!(
+            slots.get(above, &guard).is_none(),
+            "a stale handle finds no slot"
+        );
+        drop(guard);
+        // The kept slots are all back on the free stack: taking them claims nothing new.
+        let again: Vec<u32> = (0..keep).map(|_| slots.take().unwrap().0).collect();
+        assert!(again.iter().all(|&index| index < keep));
+        assert_eq!(frontier(&slots), keep);
+        // The next claim is in a fresh chunk, at a generation no old handle names.
+        let (index, slot) = slots.take().unwrap();
+        assert_eq!(index, keep);
+        let (fresh_generation, state) = split(slot.state.load(Ordering::Relaxed));
+        assert_eq!(state, FREE);
+        assert!(
+            fresh_generation > generation,
+            "{fresh_generation} > {generation}"
+        );
+        assert!(
+            taken
+                .iter()
+                .all(|&(i, g)| i != index || g < fresh_generation)
+        );
+    }
+
+    #[test]
+    fn a_slot_in_use_keeps_its_chunk_until_it_is_freed() {
+        let slots: Slots<u64> = Slots::new();
+        let mut freed = Freed::new();
+        let count = if cfg!(miri) { 200 } else { 10_000 };
+        take_and_free(&slots, count, &mut freed);
+        // Taken again in the order the free stack gives them: the last is in the top chunk.
+        let mut held_back = None;
+        for _ in 0..count {
+            let (index, slot) = slots.take().unwrap();
+            if locate(index).0 == locate(count as u32 - 1).0 {
+                held_back = Some((index, slot));
+                break;
+            }
+        }
+        let (index, slot) = held_back.expect("the top chunk's slots are on the stack");
+        let generation = split(slot.state.load(Ordering::Relaxed)).0;
+        // Slots taken above and not kept go back, as if they had fired.
+        shrink_until_settled(&slots, &mut freed, 1);
+        assert_eq!(
+            frontier(&slots),
+            count as u32,
+            "the chunk of a slot in use is not given back"
+        );
+        // SAFETY: taken above, never published.
+        unsafe { slot.write_payload(1) };
+        slots.release(index, slot, generation, &mut freed);
+        shrink_until_settled(&slots, &mut freed, 0);
+        assert!(
+            frontier(&slots) < count as u32,
+            "given back once it is free"
+        );
+    }
+
+    #[test]
+    fn timers_coming_back_stop_the_shrink_and_get_the_held_slots() {
+        let slots: Slots<u64> = Slots::new();
+        let mut freed = Freed::new();
+        let count = 2 * SORT_BUDGET as usize + first_index(KEEP_CHUNKS) as usize;
+        take_and_free(&slots, count, &mut freed);
+        // One step sorts part of the free stack: the top chunks go, some slots are held.
+        assert!(slots.shrink(&mut freed, 0));
+        let given_back_to = frontier(&slots);
+        assert!(
+            given_back_to < count as u32,
+            "the first step gives the top chunk back"
+        );
+        assert!(
+            given_back_to > first_index(KEEP_CHUNKS),
+            "but not everything yet"
+        );
+        // Then as many timers as slots are pending: the held slots go back on the stack.
+        shrink_until_settled(&slots, &mut freed, count);
+        assert!(freed.shrink.is_none(), "the shrink is over");
+        assert_eq!(
+            frontier(&slots),
+            given_back_to,
+            "nothing more was given back"
+        );
+        let mut indices: Vec<u32> = (0..given_back_to)
+            .map(|_| slots.take().unwrap().0)
+            .collect();
+        indices.sort_unstable();
+        indices.dedup();
+        assert_eq!(indices.len(), given_back_to as usize);
+        assert_eq!(
+            frontier(&slots),
+            given_back_to,
+            "every slot kept was on the stack"
+        );
+    }
+
+    /// Threads look slots up by index and pop the free stack while the test, as the
+    /// reaper, hands out and frees slots and gives chunks back, round after round. Under
+    /// miri, a slot read after its chunk was freed is an error the run reports.
+    #[test]
+    fn lookups_race_with_chunks_given_back() {
+        let rounds = if cfg!(miri) { 3 } else { 200 };
+        let count = if cfg!(miri) { 150 } else { 5_000 };
+        let slots: Arc<Slots<u64>> = Arc::new(Slots::new());
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let readers: Vec<_> = (0..2)
+            .map(|seed| {
+                let (slots, stop) = (Arc::clone(&slots), Arc::clone(&stop));
+                std::thread::spawn(move || {
+                    let mut index = seed;
+                    let mut seen = 0u64;
+                    while !stop.load(Ordering::Relaxed) {
+                        index = (index * 7 + 13) % (count as u32 * 2);
+                        let guard = epoch::pin();
+                        if let Some(slot) = slots.get(index, &guard) {
+                            seen += slot.state.load(Ordering::Relaxed) & 1;
+                        }
+                    }
+                    seen
+                })
+            })
+            .collect();
+        let mut freed = Freed::new();
+        for _ in 0..rounds {
+            take_and_free(&slots, count, &mut freed);
+            shrink_until_settled(&slots, &mut freed, 0);
+        }
+        stop.store(true, Ordering::Relaxed);
+        for reader in readers {
+            reader.join().unwrap();
+        }
+        assert_eq!(frontier(&slots), first_index(KEEP_CHUNKS));
     }
 
     /// Resident memory of this process, in bytes.
@@ -465,8 +1042,8 @@ mod tests {
     fn installing_a_chunk_does_not_touch_its_slots() {
         let slots: Slots<u64> = Slots::new();
         let chunk = 16;
-        let first = slab::first_index::<FIRST_CHUNK_BITS>(chunk) as u32;
-        slots.claimed.store(first, Ordering::Relaxed);
+        let first = first_index(chunk);
+        slots.claimed.store(first.into(), Ordering::Relaxed);
         let chunk_bytes = chunk_len(chunk) * std::mem::size_of::<Slot<u64>>();
         let before = resident_bytes();
         let (index, slot) = slots.take().unwrap();

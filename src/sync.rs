@@ -158,3 +158,79 @@ impl AtomicWaker {
         return self.0.take();
     }
 }
+
+/// Epoch-based reclamation for the slots' chunks: crossbeam-epoch's, or under loom a
+/// model of it. crossbeam checks its own epoch with loom; what the engine's models check
+/// is where the engine pins and defers, and exploring crossbeam's internals (each thread
+/// registering and leaving its collector) on top made them run for hours. The model keeps
+/// what the engine relies on: a thread pins before it reads a chunk pointer, with a SeqCst
+/// fence as crossbeam's pin has, and a deferred free runs only at a flush that, after a
+/// SeqCst fence of its own, finds no other thread pinned (Acquire, after their Release
+/// unpins). A reader whose fence comes first is seen pinned; one whose fence comes after
+/// the flush's sees the chunk pointer already cleared.
+pub(crate) mod epoch {
+    #[cfg(not(loom))]
+    pub(crate) use crossbeam_epoch::{Guard, pin};
+
+    #[cfg(loom)]
+    pub(crate) use model::{Guard, pin};
+
+    #[cfg(loom)]
+    mod model {
+        use loom::sync::Mutex;
+        use loom::sync::atomic::{AtomicUsize, Ordering, fence};
+
+        loom::lazy_static! {
+            static ref PINNED: AtomicUsize = AtomicUsize::new(0);
+            static ref DEFERRED: Mutex<Vec<Deferred>> = Mutex::new(Vec::new());
+        }
+
+        struct Deferred(Box<dyn FnOnce()>);
+
+        // SAFETY: as crossbeam's `defer_unchecked`: the caller vouches for running the
+        // closure on whichever thread flushes.
+        unsafe impl Send for Deferred {}
+
+        /// A pinned thread (a model of crossbeam's guard).
+        pub(crate) struct Guard(());
+
+        /// Pins the calling thread.
+        pub(crate) fn pin() -> Guard {
+            PINNED.fetch_add(1, Ordering::Relaxed);
+            fence(Ordering::SeqCst);
+            Guard(())
+        }
+
+        impl Drop for Guard {
+            fn drop(&mut self) {
+                PINNED.fetch_sub(1, Ordering::Release);
+            }
+        }
+
+        impl Guard {
+            /// Defers `f` until no thread is pinned (see `flush`).
+            ///
+            /// # Safety
+            ///
+            /// As crossbeam's: `f` must be fine to run on any thread, at any later flush.
+            pub(crate) unsafe fn defer_unchecked<F: FnOnce()>(&self, f: F) {
+                let f: Box<dyn FnOnce() + '_> = Box::new(f);
+                // SAFETY: the caller vouches for the closure outliving its borrows until
+                // it runs, as crossbeam's caller does.
+                let f: Box<dyn FnOnce()> = unsafe { std::mem::transmute(f) };
+                DEFERRED.lock().unwrap().push(Deferred(f));
+            }
+
+            /// Runs the deferred closures if no thread but this one is pinned.
+            pub(crate) fn flush(&self) {
+                fence(Ordering::SeqCst);
+                if PINNED.load(Ordering::Acquire) == 1 {
+                    let deferred = std::mem::take(&mut *DEFERRED.lock().unwrap());
+                    for Deferred(f) in deferred {
+                        f();
+                    }
+                }
+            }
+        }
+    }
+}

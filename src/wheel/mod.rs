@@ -344,6 +344,31 @@ impl<T> Wheel<T> {
         self.len() == 0
     }
 
+    /// One step of giving memory back after a spike: call it now and then (after a burst
+    /// of cancels, say, or whenever the wheel is polled). Once the timers pending drop below
+    /// an eighth of the most the wheel ever held, each step rebuilds part of the free list
+    /// from the entries the wheel keeps (room for four times the timers pending), and the
+    /// memory above is freed once no timer there is pending. A step costs at most a few
+    /// tens of microseconds. Returns whether there is more to do at the next step.
+    ///
+    /// Keys of timers that are gone stay harmless: an entry made again in memory given
+    /// back starts at a generation no old key names.
+    ///
+    /// ```
+    /// use shardwheel::Wheel;
+    ///
+    /// let mut wheel = Wheel::new();
+    /// let keys: Vec<_> = (0..100_000).map(|i| wheel.insert(1_000 + i, i)).collect();
+    /// for key in keys {
+    ///     wheel.cancel(key);
+    /// }
+    /// while wheel.shrink() {}
+    /// assert!(wheel.is_empty());
+    /// ```
+    pub fn shrink(&mut self) -> bool {
+        self.slab.shrink()
+    }
+
     /// Whether `key` names a pending timer.
     pub fn contains(&self, key: Key) -> bool {
         self.slab.lookup(key.index(), key.generation()).is_some()

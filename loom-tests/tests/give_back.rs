@@ -1,0 +1,89 @@
+//! Giving memory back after a spike: the reaper pass that frees the last timers of a chunk
+//! gives the chunk back and has the epoch free it. A stale handle used meanwhile never
+//! touches freed memory (loom reports an access racing the free, and one after it fails
+//! the model, see `Slot::check_live`), and a timer scheduled meanwhile is one no stale
+//! handle reaches.
+#![cfg(loom)]
+
+mod support;
+
+use loom::thread;
+use shardwheel::loom_api::Due;
+use support::Harness;
+
+/// Three timers, cancelled: slots 0 and 1 fill the first chunk (which the shard keeps),
+/// slot 2 opens the second. Returns slot 2's handle; the next pass gives its chunk back.
+fn spike(h: &Harness, due: &mut Due) -> (u32, u32) {
+    let handles: Vec<(u32, u32)> = (0..3)
+        .map(|value| h.shard.schedule(10, h.payload(value)).unwrap())
+        .collect();
+    h.pass(due, 0);
+    for &(slot, generation) in &handles {
+        assert!(h.shard.cancel(slot, generation));
+    }
+    assert_eq!(handles[2].0, 2);
+    handles[2]
+}
+
+#[test]
+fn a_stale_handle_racing_the_give_back_touches_no_freed_memory() {
+    loom::model(|| {
+        let h = Harness::new();
+        let mut due = Due::new();
+        let (slot, generation) = spike(&h, &mut due);
+        let stale = {
+            let h = h.clone();
+            thread::spawn(move || {
+                (
+                    h.shard.cancel(slot, generation),
+                    h.shard.reset(slot, generation, 5),
+                )
+            })
+        };
+        // Frees the three slots and gives the second chunk back; the later passes move
+        // the epoch on, so that the chunk's memory is freed as soon as no pin holds it.
+        for _ in 0..3 {
+            h.pass(&mut due, 0);
+        }
+        assert_eq!(stale.join().unwrap(), (false, false));
+        assert_eq!(h.drops(), 3);
+        assert_eq!(h.shard.pending(), 0);
+    });
+}
+
+/// Slots 0 and 1 hold pending timers and slot 2's is cancelled, so the free stack is
+/// empty: a timer scheduled meanwhile claims a slot, racing the pass that gives slot 2's
+/// chunk back (claims wait while the chunk goes; a claim that came first keeps it).
+#[test]
+fn a_timer_scheduled_during_the_give_back_is_its_own() {
+    loom::model(|| {
+        let h = Harness::new();
+        let mut due = Due::new();
+        let handles: Vec<(u32, u32)> = (0..3)
+            .map(|value| h.shard.schedule(10, h.payload(value)).unwrap())
+            .collect();
+        h.pass(&mut due, 0);
+        let (slot, generation) = handles[2];
+        assert!(h.shard.cancel(slot, generation));
+        let producer = {
+            let h = h.clone();
+            thread::spawn(move || h.shard.schedule(10, h.payload(7)).unwrap())
+        };
+        for _ in 0..2 {
+            h.pass(&mut due, 0);
+        }
+        let (new_slot, new_generation) = producer.join().unwrap();
+        assert!(
+            new_slot != slot || new_generation != generation,
+            "the new timer has a stale handle's name"
+        );
+        assert!(
+            !h.shard.cancel(slot, generation),
+            "a stale handle cancelled it"
+        );
+        h.pass(&mut due, 10);
+        assert_eq!(h.fired(), 3);
+        assert_eq!(h.fired_values.load(loom::sync::atomic::Ordering::SeqCst), 8);
+        assert_eq!(h.drops(), 4);
+    });
+}
