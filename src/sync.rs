@@ -159,31 +159,41 @@ impl AtomicWaker {
     }
 }
 
-/// Epoch-based reclamation for the slots' chunks: crossbeam-epoch's, or under loom a
-/// model of it. crossbeam checks its own epoch with loom; what the engine's models check
-/// is where the engine pins and defers, and exploring crossbeam's internals (each thread
-/// registering and leaving its collector) on top made them run for hours. The model keeps
-/// what the engine relies on: a thread pins before it reads a chunk pointer, with a SeqCst
-/// fence as crossbeam's pin has, and a deferred free runs only at a flush that, after a
-/// SeqCst fence of its own, finds no other thread pinned (Acquire, after their Release
-/// unpins). A reader whose fence comes first is seen pinned; one whose fence comes after
-/// the flush's sees the chunk pointer already cleared.
+/// Epoch-based reclamation for the slots' chunks: crossbeam-epoch's, or under loom and
+/// miri a model of it. crossbeam checks its own epoch with loom and miri; what the
+/// engine's models and miri tests check is where the engine pins and defers. Exploring
+/// crossbeam's internals on top (each thread registering and leaving its collector) made
+/// the loom models run for hours, and under miri its global garbage still queued at exit
+/// reads as leaks. The model keeps what the engine relies on: a thread pins before it
+/// reads a chunk pointer, with a SeqCst fence as crossbeam's pin has, and a deferred free
+/// runs only at a flush that, after a SeqCst fence of its own, finds no other thread
+/// pinned (Acquire, after their Release unpins). A reader whose fence comes first is seen
+/// pinned; one whose fence comes after the flush's sees the chunk pointer already cleared.
 pub(crate) mod epoch {
-    #[cfg(not(loom))]
+    #[cfg(not(any(loom, miri)))]
     pub(crate) use crossbeam_epoch::{Guard, pin};
 
-    #[cfg(loom)]
+    #[cfg(any(loom, miri))]
     pub(crate) use model::{Guard, pin};
 
-    #[cfg(loom)]
+    #[cfg(any(loom, miri))]
     mod model {
-        use loom::sync::Mutex;
-        use loom::sync::atomic::{AtomicUsize, Ordering, fence};
+        use crate::sync::{AtomicUsize, Ordering, fence};
 
+        #[cfg(loom)]
+        use loom::sync::Mutex;
+        #[cfg(not(loom))]
+        use std::sync::Mutex;
+
+        #[cfg(loom)]
         loom::lazy_static! {
             static ref PINNED: AtomicUsize = AtomicUsize::new(0);
             static ref DEFERRED: Mutex<Vec<Deferred>> = Mutex::new(Vec::new());
         }
+        #[cfg(not(loom))]
+        static PINNED: AtomicUsize = AtomicUsize::new(0);
+        #[cfg(not(loom))]
+        static DEFERRED: Mutex<Vec<Deferred>> = Mutex::new(Vec::new());
 
         struct Deferred(Box<dyn FnOnce()>);
 

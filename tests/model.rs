@@ -43,6 +43,16 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
+/// The operations of `op`, with spikes of thousands of timers and shrink steps between
+/// them: the wheel gives memory back and makes it again, and old keys must stay stale.
+fn op_with_spikes() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        20 => op(),
+        1 => any::<u8>().prop_map(Op::Spike),
+        4 => Just(Op::Shrink),
+    ]
+}
+
 fn cases() -> u32 {
     std::env::var("PROPTEST_CASES")
         .ok()
@@ -60,6 +70,22 @@ proptest! {
             harness.apply(op).map_err(TestCaseError::fail)?;
         }
         // Finally everything expires, exactly once.
+        harness.finish().map_err(TestCaseError::fail)?;
+    }
+}
+
+proptest! {
+    // A spike costs thousands of operations: a fiftieth of the cases.
+    #![proptest_config(ProptestConfig::with_cases(cases().div_ceil(50)))]
+
+    #[test]
+    fn wheel_that_shrinks_after_spikes_agrees_with_the_model(
+        ops in prop::collection::vec(op_with_spikes(), 1..120)
+    ) {
+        let mut harness = Harness::default();
+        for op in &ops {
+            harness.apply(op).map_err(TestCaseError::fail)?;
+        }
         harness.finish().map_err(TestCaseError::fail)?;
     }
 }

@@ -20,11 +20,12 @@ pub enum Mix {
     Handles,
 }
 
-/// Relative weights of insert, cancel, reset, get, forged key, poll, bounded poll.
-fn weights(mix: Mix) -> [u32; 7] {
+/// Relative weights of insert, cancel, reset, get, forged key, poll, bounded poll, spike
+/// (thousands of timers, most cancelled), shrink step.
+fn weights(mix: Mix) -> [u32; 9] {
     match mix {
-        Mix::Operations => [8, 3, 2, 1, 1, 3, 1],
-        Mix::Handles => [4, 4, 3, 3, 6, 2, 1],
+        Mix::Operations => [80, 30, 20, 10, 10, 30, 10, 1, 5],
+        Mix::Handles => [40, 40, 30, 30, 60, 20, 10, 1, 5],
     }
 }
 
@@ -65,7 +66,9 @@ fn op(u: &mut Unstructured, mix: Mix) -> Result<Op> {
         3 => Op::Get(u.arbitrary()?),
         4 => Op::Forged(u.arbitrary()?),
         5 => Op::Poll(distance(u)?),
-        _ => Op::PollSome(distance(u)?, u.int_in_range(0..=3)?),
+        6 => Op::PollSome(distance(u)?, u.int_in_range(0..=3)?),
+        7 => Op::Spike(u.arbitrary()?),
+        _ => Op::Shrink,
     })
 }
 

@@ -11,7 +11,7 @@
 //! bucket of the next block is being moved down a share per tick.
 
 use shardwheel::{Key, StaleKey, Wheel};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 /// How a deadline is chosen, relative to the wheel's current tick where it says so.
 #[derive(Debug, Clone)]
@@ -35,7 +35,15 @@ pub enum Op {
     Poll(u64),
     /// Advance by the jump and expire at most this many.
     PollSome(u64, usize),
+    /// Insert `SPIKE` timers due within 4,096 ticks, then cancel all but one in
+    /// `16 + keep`: enough for the wheel to shrink afterwards.
+    Spike(u8),
+    /// One step of `Wheel::shrink`.
+    Shrink,
 }
+
+/// Timers a spike inserts: more than the 2,016 entries a wheel keeps when it shrinks.
+pub const SPIKE: u64 = 2_500;
 
 macro_rules! ensure {
     ($cond:expr, $($msg:tt)+) => {
@@ -66,6 +74,8 @@ pub struct Harness {
     wheel: Wheel<u64>,
     /// Every key ever issued; the value of a timer is its position here.
     keys: Vec<Key>,
+    /// The same keys, to their values.
+    ids: HashMap<Key, u64>,
     /// Pending timers: value -> deadline.
     model: BTreeMap<u64, u64>,
     /// Whether the last poll ran to completion, which makes `next_deadline` exact.
@@ -77,6 +87,7 @@ impl Default for Harness {
         Harness {
             wheel: Wheel::new(),
             keys: Vec::new(),
+            ids: HashMap::new(),
             model: BTreeMap::new(),
             settled: true,
         }
@@ -105,11 +116,24 @@ impl Harness {
         match op {
             Op::Insert(when) => {
                 let deadline = self.deadline(when);
-                let id = self.keys.len() as u64;
-                let key = self.wheel.insert(deadline, id);
-                ensure!(!self.keys.contains(&key), "key {key:?} issued twice");
-                self.keys.push(key);
-                self.model.insert(id, deadline);
+                self.insert(deadline)?;
+            }
+            Op::Spike(keep) => {
+                let now = self.wheel.now();
+                let first = self.keys.len();
+                for i in 0..SPIKE {
+                    self.insert(now.saturating_add(1 + i * 4_096 / SPIKE))?;
+                }
+                for id in first as u64..self.keys.len() as u64 {
+                    if id % (16 + u64::from(*keep)) != 0 {
+                        let key = self.keys[id as usize];
+                        self.model.remove(&id);
+                        ensure!(self.wheel.cancel(key) == Some(id), "spike cancel {id}");
+                    }
+                }
+            }
+            Op::Shrink => {
+                self.wheel.shrink();
             }
             Op::Cancel(pick) => {
                 if let Some((id, key)) = self.key(*pick) {
@@ -149,8 +173,8 @@ impl Harness {
             }
             Op::Forged(bits) => {
                 let key = Key::from_bits(*bits);
-                let issued = self.keys.iter().position(|&k| k == key);
-                if issued.is_none_or(|id| !self.model.contains_key(&(id as u64))) {
+                let issued = self.ids.get(&key);
+                if issued.is_none_or(|id| !self.model.contains_key(id)) {
                     ensure!(self.wheel.get(key).is_none(), "forged {key:?} found");
                     ensure!(self.wheel.cancel(key).is_none(), "forged {key:?} cancelled");
                     ensure!(self.wheel.reset(key, 0).is_err(), "forged {key:?} reset");
@@ -160,6 +184,20 @@ impl Harness {
             Op::PollSome(jump, limit) => self.poll(*jump, *limit)?,
         }
         self.check()
+    }
+
+    /// Inserts a timer due at `deadline`, whose value is its position in `keys`.
+    fn insert(&mut self, deadline: u64) -> Result<(), String> {
+        let id = self.keys.len() as u64;
+        let key = self.wheel.insert(deadline, id);
+        // After a shrink, a slot made again must not reissue an old key.
+        ensure!(
+            self.ids.insert(key, id).is_none(),
+            "key {key:?} issued twice"
+        );
+        self.keys.push(key);
+        self.model.insert(id, deadline);
+        Ok(())
     }
 
     /// Expires everything that is left, as a last poll at the end of time.
