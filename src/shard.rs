@@ -142,6 +142,7 @@ impl<T> Shard<T> {
         stats.reset = self.counts.resets.load(Ordering::Relaxed);
         stats.pending = self.pending();
         stats.panicked = self.panicked();
+        stats.slots = u64::from(self.slots.claimed());
         stats
     }
 

@@ -29,9 +29,9 @@ pub(crate) const MAX_SLOTS: u32 = 1 << 31;
 /// log2 of the first chunk's length.
 const FIRST_CHUNK_BITS: u32 = 5;
 
-/// Chunks a slab keeps however few entries it holds (2,016 entries; 32 under miri, so
-/// that its tests need few entries to shrink).
-const KEEP_CHUNKS: usize = if cfg!(miri) { 1 } else { 6 };
+/// Chunks a slab keeps however few entries it holds (2,016 entries; 32 under miri and the
+/// fuzzer, so that a test or fuzz case needs few entries to shrink).
+const KEEP_CHUNKS: usize = if cfg!(any(miri, fuzzing)) { 1 } else { 6 };
 /// Entries a shrink step looks at.
 const SCAN_BUDGET: u32 = if cfg!(miri) { 64 } else { 16_384 };
 

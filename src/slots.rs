@@ -89,8 +89,9 @@ const CHUNKS: usize = 32 - FIRST_CHUNK_BITS as usize;
 /// Set in `Slots::claimed` while the reaper gives the top chunk back.
 const CLOSED: u64 = 1 << 32;
 /// Chunks a shard keeps however few timers are pending (4,032 slots, 200 KB or so; one
-/// chunk under loom and miri, so that a model or test of a few slots gets to shrink).
-const KEEP_CHUNKS: usize = if cfg!(any(loom, miri)) { 1 } else { 6 };
+/// chunk under loom, miri and the fuzzer, so that a model, test or fuzz case of a few
+/// slots gets to shrink).
+const KEEP_CHUNKS: usize = if cfg!(any(loom, miri, fuzzing)) { 1 } else { 6 };
 /// A shrink begins once the timers pending times this are fewer than the slots handed
 /// out (1 under loom, as below, so that a model of a few slots gets there).
 const SHRINK_BELOW: u32 = if cfg!(loom) { 1 } else { 8 };
@@ -665,6 +666,12 @@ impl<T> Slots<T> {
         }
         guard.flush();
         true
+    }
+
+    /// Slots handed out and not given back: the shard's capacity in use, pending or free.
+    pub(crate) fn claimed(&self) -> u32 {
+        // Relaxed: a figure for the stats.
+        self.claimed.load(Ordering::Relaxed) as u32
     }
 
     /// Chunks given back whose memory the epoch has not freed yet.

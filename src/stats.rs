@@ -38,6 +38,7 @@ pub(crate) struct ShardStats {
     pub(crate) reset: u64,
     pub(crate) pending: usize,
     pub(crate) panicked: u64,
+    pub(crate) slots: u64,
 }
 
 impl ShardStats {
@@ -53,6 +54,7 @@ impl ShardStats {
             reset: 0,
             pending: 0,
             panicked: 0,
+            slots: 0,
         }
     }
 
@@ -114,6 +116,12 @@ pub struct Stats {
     pub cascaded: u64,
     /// Reaper passes: wake-ups, plus the passes a busy reaper makes without sleeping.
     pub passes: u64,
+    /// Timer slots the shards hold, pending or free: their memory, which grows with the
+    /// most timers pending at once and falls back after a spike (see [`Timer`]'s
+    /// "Memory").
+    ///
+    /// [`Timer`]: crate::Timer
+    pub slots: u64,
     lateness: Histogram<u64>,
     drained: Histogram<u64>,
 }
@@ -129,6 +137,7 @@ impl Stats {
             pending: 0,
             cascaded: 0,
             passes: 0,
+            slots: 0,
             lateness: histogram(),
             drained: histogram(),
         }
@@ -144,6 +153,7 @@ impl Stats {
         self.pending += shard.pending;
         self.cascaded += shard.cascaded;
         self.passes += shard.passes;
+        self.slots += shard.slots;
         // Same bounds on both sides, so adding cannot fail.
         let _ = self.lateness.add(&shard.lateness);
         let _ = self.drained.add(&shard.drained);
@@ -237,7 +247,7 @@ impl fmt::Display for Stats {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "scheduled {} fired {} cancelled {} reset {} pending {} panicked {} cascaded {} passes {}",
+            "scheduled {} fired {} cancelled {} reset {} pending {} panicked {} cascaded {} passes {} slots {}",
             self.scheduled,
             self.fired,
             self.cancelled,
@@ -245,7 +255,8 @@ impl fmt::Display for Stats {
             self.pending,
             self.panicked,
             self.cascaded,
-            self.passes
+            self.passes,
+            self.slots
         )?;
         write!(f, "lateness")?;
         for (name, quantile) in [("p50", 0.5), ("p90", 0.9), ("p99", 0.99), ("p99.9", 0.999)] {

@@ -319,6 +319,16 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// A callback that panics is caught and counted ([`panicked`](Self::panicked)); the shard
 /// goes on.
 ///
+/// # Memory
+///
+/// A shard's memory grows with the most timers it had pending at once, and comes back on
+/// its own after a spike: once the timers pending drop below an eighth of the slots the
+/// shard handed out, its reaper gives the slots above four times the pending count back to
+/// the allocator, a share per pass (about a second for ten million), and its wheel does
+/// the same. Handles of timers whose memory went stay harmless: `cancel` returns false,
+/// `reset` an error. A long-lived timer in the highest memory holds that memory (and what
+/// lies below it) until it fires or is cancelled.
+///
 /// ```
 /// use std::sync::mpsc;
 /// use std::time::Duration;

@@ -139,6 +139,68 @@ fn cancelling_a_far_timer_gives_its_slot_back_at_once() {
 }
 
 #[test]
+fn memory_comes_back_after_a_spike_and_old_handles_stay_harmless() {
+    // No peer in Rust gives a slab's memory back after a spike (issue 7).
+    let timer = timer(1);
+    let ran = Arc::new(AtomicUsize::new(0));
+    let spike: Vec<_> = (0..200_000)
+        .map(|_| {
+            let ran = Arc::clone(&ran);
+            let callback = move || {
+                ran.fetch_add(1, Ordering::Relaxed);
+            };
+            timer
+                .schedule(Duration::from_secs(3_600), callback)
+                .unwrap()
+        })
+        .collect();
+    let peak = timer.stats().slots;
+    assert!(peak >= 200_000, "{peak} slots for 200,000 timers");
+    for &handle in &spike[1..] {
+        assert!(timer.cancel(handle));
+    }
+    // One timer stays, in the first slot: the reaper keeps room for it and gives the rest
+    // back, a share per pass.
+    assert!(
+        wait_for(Duration::from_secs(20), || timer.stats().slots < 10_000),
+        "slots after the spike: {}",
+        timer.stats().slots
+    );
+    for &handle in &spike[1..] {
+        assert!(!timer.cancel(handle), "an old handle cancelled something");
+        assert_eq!(
+            timer.reset(handle, Duration::from_secs(1)),
+            Err(StaleHandle)
+        );
+    }
+    // The memory is made again as needed, and new timers work as before.
+    let (fired, rx) = mpsc::channel();
+    let again: Vec<_> = (0..20_000)
+        .map(|i| {
+            let fired = fired.clone();
+            let delay = Duration::from_millis(if i % 1_000 == 0 { 5 } else { 3_600_000 });
+            timer
+                .schedule(delay, move || fired.send(i).unwrap())
+                .unwrap()
+        })
+        .collect();
+    for (i, &handle) in again.iter().enumerate() {
+        if i % 1_000 != 0 {
+            assert!(timer.cancel(handle));
+        }
+    }
+    let mut firings: Vec<usize> = (0..20).map(|_| rx.recv().unwrap()).collect();
+    firings.sort_unstable();
+    assert_eq!(firings, (0..20).map(|i| i * 1_000).collect::<Vec<_>>());
+    assert!(
+        timer.cancel(spike[0]),
+        "the timer that stayed is still pending"
+    );
+    assert!(timer.shutdown().is_empty());
+    assert_eq!(ran.load(Ordering::Relaxed), 0);
+}
+
+#[test]
 fn a_panicking_callback_is_counted_and_the_shard_goes_on() {
     let timer = timer(1);
     let (tx, rx) = mpsc::channel();

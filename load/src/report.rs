@@ -131,6 +131,7 @@ pub fn json(report: &Report) -> Value {
         "panicked": stats.panicked,
         "handed_back": report.handed_back,
         "passes": stats.passes,
+        "slots": stats.slots,
         "cascaded": stats.cascaded,
         "cpu_s": report.cpu.as_secs_f64(),
         "cores_busy": report.cores_busy(),
