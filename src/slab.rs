@@ -414,6 +414,9 @@ impl<T> Slab<T> {
             self.initialized = limit;
             self.floor = (self.top_generation | 1).wrapping_add(1);
             self.shrink = Shrink::NONE;
+            // The entries held may have fallen further while this one waited: the next
+            // shrink begins at once (each frees chunks, so this recursion is short).
+            return self.shrink();
         }
         false
     }
@@ -687,6 +690,28 @@ mod tests {
             );
         }
         assert_eq!(slab.len() as u32, limit + 10);
+    }
+
+    #[test]
+    fn a_shrink_that_ends_high_is_followed_by_the_next_at_once() {
+        let mut slab = Slab::new();
+        // A shrink begins with a twentieth of the entries held, and waits for the last one.
+        let keys = spike(&mut slab, SPIKE, |index| index % 20 == 0);
+        shrink_fully(&mut slab);
+        assert_ne!(slab.shrink.cursor, u32::MAX, "a shrink waits");
+        let high = keep_limit::<FIRST_CHUNK_BITS>(SPIKE / 20, 4, KEEP_CHUNKS);
+        // All go: the step that frees the chunks above `high` goes on to the next shrink.
+        for &(index, _) in &keys {
+            if index % 20 == 0 {
+                slab.free(index);
+            }
+        }
+        shrink_fully(&mut slab);
+        assert!(slab.initialized() < high);
+        assert_eq!(
+            slab.initialized(),
+            first_index::<FIRST_CHUNK_BITS>(KEEP_CHUNKS) as u32
+        );
     }
 
     #[test]
