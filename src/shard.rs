@@ -690,7 +690,9 @@ impl<T> Shard<T> {
 
     /// At shutdown: takes the payload of slot `index` if it is pending.
     fn hand_back(&self, index: u32, freed: &mut Freed) -> Option<T> {
-        let slot = self.slot(index);
+        // SAFETY: the reaper may look at any slot (see `Slots::owned`). A held timer's
+        // slot may be gone: freed since, and its chunk given back.
+        let slot = unsafe { self.slots.owned(index) }?;
         // A reset that comes now still finds its slot pending, and a cancel still wins;
         // neither can queue a change any more, so take the slot as it stands.
         let mut seen = slot.state.load(Ordering::Acquire);

@@ -267,7 +267,9 @@ impl<T> Slab<T> {
         self.occupied += 1;
         self.top_generation = self.top_generation.max(generation);
         if index < self.shrink.cursor {
-            self.shrink.below += 1;
+            // Wrapping: counted with no shrink under way too, where it means nothing (a
+            // shrink starts it at 0).
+            self.shrink.below = self.shrink.below.wrapping_add(1);
         }
         Ok((index, generation))
     }
@@ -355,8 +357,8 @@ impl<T> Slab<T> {
             self.free_head = index;
         }
         self.occupied -= 1;
-        if index < self.shrink.cursor && self.shrink.cursor != u32::MAX {
-            self.shrink.below -= 1;
+        if index < self.shrink.cursor {
+            self.shrink.below = self.shrink.below.wrapping_sub(1);
         }
         (value, links.0, links.1)
     }
@@ -402,6 +404,11 @@ impl<T> Slab<T> {
         let limit = self.shrink.limit;
         if limit == u32::MAX {
             self.shrink = Shrink::NONE;
+        } else if self.top_generation > u32::MAX - 4 {
+            // A generation handed out while the shrink waited is so high that the floor
+            // would wrap (after some 2^31 reuses of one entry): keep the chunks.
+            self.give_up_shrink();
+            return true;
         } else if self.shrink.below == self.occupied {
             // Nothing at or above the limit holds a value: those chunks go.
             let keep = chunk_of::<FIRST_CHUNK_BITS>(limit);
@@ -712,6 +719,30 @@ mod tests {
             slab.initialized(),
             first_index::<FIRST_CHUNK_BITS>(KEEP_CHUNKS) as u32
         );
+    }
+
+    #[test]
+    fn a_shrink_whose_floor_would_wrap_keeps_the_chunks() {
+        let mut slab = Slab::new();
+        let keys = spike(&mut slab, SPIKE, |index| index == SPIKE - 1);
+        shrink_fully(&mut slab);
+        assert_ne!(
+            slab.shrink.cursor,
+            u32::MAX,
+            "the shrink waits for the last entry"
+        );
+        // Meanwhile an entry was reused some 2^31 times.
+        slab.top_generation = u32::MAX - 2;
+        slab.free(keys.last().unwrap().0);
+        shrink_fully(&mut slab);
+        assert_eq!(
+            slab.initialized(),
+            SPIKE,
+            "no chunk made again could start at 0"
+        );
+        assert_eq!(slab.shrink.cursor, u32::MAX);
+        let fresh = slab.alloc(0, 0, NIL, NIL).unwrap();
+        assert!(keys.iter().all(|&key| key != fresh));
     }
 
     #[test]

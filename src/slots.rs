@@ -98,6 +98,9 @@ const SHRINK_BELOW: u32 = if cfg!(loom) { 1 } else { 8 };
 /// A shrink keeps room for this many times the timers pending, and is given up if they
 /// come back to more than half of that.
 const ROOM: u32 = if cfg!(loom) { 1 } else { 4 };
+/// Passes after a give-back in which the reaper moves the epoch on (and comes back 1 ms
+/// later) until the chunks' memory is freed: a second at most.
+const FLUSHES: u32 = 1_000;
 /// Free slots the reaper sorts per pass while it gives memory back (fewer under miri, so
 /// that its tests need few slots to take more than one pass).
 const SORT_BUDGET: u32 = if cfg!(miri) { 64 } else { 16_384 };
@@ -351,8 +354,9 @@ impl<T> Slots<T> {
             }
             let Some(slot) = self.get(index, &guard) else {
                 // The reaper took the stack and gave this slot's chunk back since the head
-                // was read, so the head has moved on: read it with an RMW, which sees the
-                // latest value (a load might see this one again).
+                // was read, so the head has moved on (the cleared pointer was published
+                // after the stack was taken): read it with an RMW, which sees the latest
+                // value (a load might see this one again).
                 head = match self.free.compare_exchange(
                     head,
                     head,
@@ -557,7 +561,9 @@ impl<T> Slots<T> {
             }
             self.sort(shrink, &mut freed.chain);
             self.push_chain(std::mem::take(&mut freed.chain));
-            while self.give_back_top(shrink) {}
+            while self.give_back_top(shrink) {
+                freed.flushes = FLUSHES;
+            }
             // Relaxed: as in `begin_shrink`.
             let frontier = self.claimed.load(Ordering::Relaxed) as u32;
             if shrink.unsorted == NIL && frontier <= shrink.limit {
@@ -569,11 +575,15 @@ impl<T> Slots<T> {
             }
         }
         // Relaxed: a count; the frees themselves are ordered by the epoch.
-        let unfreed = self.unfreed.load(Ordering::Relaxed) > 0;
+        let unfreed = self.unfreed.load(Ordering::Relaxed) > 0 && freed.flushes > 0;
         if unfreed {
             // Moves the epoch on, so that the frees deferred run as soon as no thread is
             // pinned from before them; otherwise they would wait for other threads' pins.
+            // For `FLUSHES` passes at most: a thread of the application that stays pinned
+            // (crossbeam's collector is the process's) must not keep the reaper waking;
+            // the frees then run at some later pin of any thread.
             epoch::pin().flush();
+            freed.flushes -= 1;
         }
         unfreed
             || freed
@@ -646,10 +656,12 @@ impl<T> Slots<T> {
         {
             return false;
         }
-        // Relaxed: a thread that read the old pointer is pinned, and the epoch's SeqCst
-        // fences (its pin's, and sealing the deferred free) keep the memory until it
-        // unpins; the next claimer learns of the swap through the Release store below.
-        let base = self.chunks[chunk].swap(ptr::null_mut(), Ordering::Relaxed);
+        // Release: a thread that sees the pointer cleared (Acquire, in `address`) sees the
+        // free stack taken too, so `take` retrying reads a head that has moved on. A
+        // thread that read the old pointer is pinned, and the epoch's SeqCst fences (its
+        // pin's, and sealing the deferred free) keep the memory until it unpins; the next
+        // claimer learns of the swap through the Release store of the frontier below.
+        let base = self.chunks[chunk].swap(ptr::null_mut(), Ordering::Release);
         // Relaxed: published with the frontier below. Only the reaper writes it.
         let floor = self.floor.load(Ordering::Relaxed);
         self.floor
@@ -766,6 +778,8 @@ impl Shrink {
 pub(crate) struct Freed {
     chain: Chain,
     shrink: Option<Box<Shrink>>,
+    /// Passes left that move the epoch on for the chunks given back (see `shrink`).
+    flushes: u32,
 }
 
 impl Freed {
@@ -773,6 +787,7 @@ impl Freed {
         Freed {
             chain: Chain::EMPTY,
             shrink: None,
+            flushes: 0,
         }
     }
 }

@@ -200,6 +200,33 @@ fn memory_comes_back_after_a_spike_and_old_handles_stay_harmless() {
     assert_eq!(ran.load(Ordering::Relaxed), 0);
 }
 
+// A timer held until its exact deadline, then cancelled, and its slot's chunk given back
+// before the shutdown: the wind-up found the held entry and looked for a slot that was
+// gone (a panic, found in review).
+#[test]
+fn shutdown_after_a_give_back_skips_held_timers_whose_memory_went() {
+    let timer = Timer::builder().shards(1).manual().build().unwrap();
+    let far: Vec<_> = (0..10_000)
+        .map(|_| timer.schedule(Duration::from_secs(3_600), || {}).unwrap())
+        .collect();
+    let held = timer
+        .schedule(Duration::from_micros(1_500), || {
+            panic!("cancelled, must not run")
+        })
+        .unwrap();
+    let slots = timer.stats().slots;
+    // Its tick has come, its deadline not: the reaper holds it.
+    timer.advance(Duration::from_micros(1_200)).unwrap();
+    for handle in far.into_iter().chain([held]) {
+        assert!(timer.cancel(handle));
+    }
+    // Frees them all and gives the chunks above the first few back.
+    timer.advance(Duration::from_micros(50)).unwrap();
+    assert!(timer.stats().slots < slots, "the chunks went");
+    assert!(timer.shutdown().is_empty());
+    assert_eq!(timer.panicked(), 0);
+}
+
 #[test]
 fn a_panicking_callback_is_counted_and_the_shard_goes_on() {
     let timer = timer(1);

@@ -51,9 +51,10 @@ fn a_stale_handle_racing_the_give_back_touches_no_freed_memory() {
     });
 }
 
-/// Slots 0 and 1 hold pending timers and slot 2's is cancelled, so the free stack is
-/// empty: a timer scheduled meanwhile claims a slot, racing the pass that gives slot 2's
-/// chunk back (claims wait while the chunk goes; a claim that came first keeps it).
+/// Slots 0 and 1 hold pending timers and slot 2's is cancelled: a timer scheduled
+/// meanwhile pops slot 2 (recycled, then taken back by the same pass) or claims a fresh
+/// one, racing the pass that gives slot 2's chunk back (a pop that lost the slot retries;
+/// claims wait while the chunk goes; a claim that came first keeps it).
 #[test]
 fn a_timer_scheduled_during_the_give_back_is_its_own() {
     loom::model(|| {
