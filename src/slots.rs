@@ -40,11 +40,13 @@
 //!
 //! After a spike, when the timers pending drop below an eighth of the slots ever handed
 //! out (`SHRINK_BELOW`), the reaper gives the top chunks back until what is left holds
-//! four times the pending timers (`ROOM`, and at least `KEEP_CHUNKS` chunks). It takes the whole free stack and
-//! sorts it, `SORT_BUDGET` slots a pass so that no pass stalls the timers due: slots
-//! below the limit go back on the stack, the others it holds, and so it does with every
-//! slot it frees above the limit from then on. Once it holds every slot the top chunk
-//! handed out, no thread can be using one (none is pending, none is on the stack), so:
+//! four times the pending timers (`ROOM`, and at least `KEEP_CHUNKS` chunks). It takes
+//! the whole free stack and sorts it, at most `SORT_BUDGET` slots or `SORT_TIME` a pass
+//! (and comes back every millisecond meanwhile), so that no pass stalls the timers due:
+//! slots below the limit go back on the stack, the others it holds, and so it does with
+//! every slot it frees above the limit from then on. Once it holds every slot the top
+//! chunk handed out, no thread can be using one (none is pending, none is on the stack),
+//! so:
 //! - it closes claims (`CLOSED`: a claim that came first moved the frontier and fails
 //!   the CAS; later ones wait for the next two stores), clears the chunk's pointer and
 //!   lowers the frontier to the chunk's start, so that claims install a fresh chunk;
@@ -102,8 +104,14 @@ const ROOM: u32 = if cfg!(loom) { 1 } else { 4 };
 /// later) until the chunks' memory is freed: a second at most.
 const FLUSHES: u32 = 1_000;
 /// Free slots the reaper sorts per pass while it gives memory back (fewer under miri, so
-/// that its tests need few slots to take more than one pass).
+/// that its tests need few slots to take more than one pass)...
 const SORT_BUDGET: u32 = if cfg!(miri) { 64 } else { 16_384 };
+/// ...and how long it may spend on them. A free stack left by a million fired timers is in
+/// no order: each slot is a cache and TLB miss, some 200 ns, and 16,384 of them took 3 ms
+/// a pass, every timer due then that much late (W2's p99 doubled). One left by a spike
+/// cancelled in order is 20 times as fast.
+#[cfg(not(loom))]
+const SORT_TIME: std::time::Duration = std::time::Duration::from_micros(100);
 /// Slots a shard can hold; handles keep slot numbers in 31 bits.
 pub(crate) const MAX_SLOTS: u32 = 1 << 31;
 
@@ -608,10 +616,17 @@ impl<T> Slots<T> {
         }
     }
 
-    /// Sorts up to `SORT_BUDGET` slots of the free stack taken for a shrink: those below
-    /// the limit go back on `hot`, the others are held.
+    /// Sorts up to `SORT_BUDGET` slots of the free stack taken for a shrink, for at most
+    /// `SORT_TIME`: those below the limit go back on `hot`, the others are held.
     fn sort(&self, shrink: &mut Shrink, hot: &mut Chain) {
-        for _ in 0..SORT_BUDGET {
+        // Loom runs every path again the same way: no clock there.
+        #[cfg(not(loom))]
+        let start = std::time::Instant::now();
+        for sorted in 0..SORT_BUDGET {
+            #[cfg(not(loom))]
+            if sorted % 256 == 255 && start.elapsed() >= SORT_TIME {
+                break;
+            }
             let index = shrink.unsorted;
             if index == NIL {
                 break;

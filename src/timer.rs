@@ -324,10 +324,13 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// A shard's memory grows with the most timers it had pending at once, and comes back on
 /// its own after a spike: once the timers pending drop below an eighth of the slots the
 /// shard handed out, its reaper gives the slots above four times the pending count back to
-/// the allocator, a share per pass (about a second for ten million), and its wheel does
-/// the same. Handles of timers whose memory went stay harmless: `cancel` returns false,
-/// `reset` an error. A long-lived timer in the highest memory holds that memory (and what
-/// lies below it) until it fires or is cancelled.
+/// the allocator, and its wheel does the same. It spends at most 0.1 ms a millisecond on
+/// it: ten million timers cancelled in the order they were made go back in half a second;
+/// after timers fired, their slots in no order, it sorts some 500 slots a pass (190 ns
+/// each measured after a million fired), so ten million would take some 20 s. Handles of
+/// timers whose memory went stay harmless: `cancel` returns false, `reset` an error. A
+/// long-lived timer in the highest memory holds that memory (and what lies below it)
+/// until it fires or is cancelled.
 ///
 /// ```
 /// use std::sync::mpsc;
