@@ -15,7 +15,7 @@
 
 mod common;
 
-use common::{SplitMix64, load_average, median};
+use common::{SplitMix64, load_average, median, status_bytes};
 use mimalloc::MiMalloc;
 use shardwheel::{Key, Wheel};
 use std::cmp::Reverse;
@@ -198,17 +198,9 @@ fn run_w1(pending: usize) -> Vec<(&'static str, f64)> {
     rates
 }
 
-/// Resident and peak resident set size in bytes, from /proc/self/status.
+/// Resident and peak resident set size in bytes.
 fn rss() -> (u64, u64) {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let field = |name: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
-            .map_or(0, |kb| kb * 1024)
-    };
-    (field("VmRSS:"), field("VmHWM:"))
+    (status_bytes("VmRSS:"), status_bytes("VmHWM:"))
 }
 
 /// W4: (peak RSS - RSS before) / N with N timers of a 16-byte payload pending.

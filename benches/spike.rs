@@ -12,7 +12,7 @@
 
 mod common;
 
-use common::{SplitMix64, load_average};
+use common::{SplitMix64, load_average, status_bytes};
 use shardwheel::{Timer, TimerHandle};
 use std::alloc::System;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
@@ -26,13 +26,7 @@ const SPIKE_TIMERS: usize = 10_000_000;
 
 /// Resident memory of this process, in bytes.
 fn resident_bytes() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
-    let kib: u64 = status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmRSS:"))
-        .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
-        .expect("VmRSS");
-    kib * 1024
+    status_bytes("VmRSS:")
 }
 
 /// Timers that ran although they were all cancelled (must stay 0).

@@ -41,3 +41,13 @@ pub fn load_average() -> String {
         .trim()
         .to_string()
 }
+
+/// A size field of /proc/self/status ("VmRSS:", "VmHWM:"), in bytes; 0 if it cannot be read.
+pub fn status_bytes(field: &str) -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix(field))
+        .and_then(|rest| rest.split_whitespace().next()?.parse::<u64>().ok())
+        .map_or(0, |kib| kib * 1024)
+}
