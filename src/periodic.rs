@@ -184,9 +184,12 @@ impl Periodic {
     /// (a run already under way finishes). False if it had already stopped. O(1): the
     /// pending run's timer is cancelled at once.
     pub fn cancel(&self) -> bool {
-        let mut state = self.0.state();
-        match std::mem::replace(&mut *state, State::Cancelled) {
+        let before = std::mem::replace(&mut *self.0.state(), State::Cancelled);
+        match before {
             State::Scheduled(handle) => {
+                // After the lock is let go: during a shutdown the cancel may drop the run
+                // itself, and dropping a run locks the series. A run fired meanwhile finds
+                // the series cancelled and does not start.
                 self.0.scheduler.cancel(handle);
                 true
             }

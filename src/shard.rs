@@ -228,14 +228,41 @@ impl<T> Shard<T> {
         }
         self.counts.pending.fetch_sub(1, Ordering::Relaxed);
         if current & (RESETTING | QUEUED) == 0 {
-            // A closed list means the reaper is gone; the slots' drop frees the payload.
             match self.changes.push(index, &slot.change_link) {
                 Ok(0) => self.wakeup.notify_sleeping(),
                 Ok(BACKLOG) => self.wakeup.notify_backlog(),
-                _ => {}
+                Ok(_) => {}
+                // The reaper is winding up and will never take this change: the payload
+                // is the canceller's to drop (a periodic series' payload owns the shards,
+                // so left in its slot it would keep them, and itself, alive for ever).
+                Err(Closed) => {
+                    let payload = self.take_refused(slot, generation);
+                    drop(guard);
+                    self.contain(|| drop(payload));
+                }
             }
         }
         true
+    }
+
+    /// The payload of a slot cancelled after the reaper closed its list of changes, taken
+    /// by whoever's push of the change was refused. The slot is marked `FIRING` (payload
+    /// taken, slot not free) and stays so: the wind-up may still walk it in the inbox
+    /// through its `link`, so it must not go back on the free stack, and the slots' drop
+    /// must not drop its payload again.
+    fn take_refused(&self, slot: &Slot<T>, generation: u32) -> T {
+        // SAFETY: the slot is `generation|CANCELLED` and its change was refused, so no
+        // reaper pass or wind-up will take the payload (the wind-up hands back only
+        // pending slots, and frees only the changes it took when it closed the list); the
+        // caller, whose push was refused, is the only one left to take it, once. The
+        // canceller's Acquire CAS made the producer's payload visible (and a resetter's
+        // Acquire RMW the canceller's state).
+        let payload = unsafe { slot.take_payload() };
+        // Relaxed: nothing reads the payload after this; the slots' drop, which looks at
+        // the state, runs with `&mut` after the shard's last `Arc` went, which orders it.
+        slot.state
+            .store(slots::word(generation, FIRING), Ordering::Relaxed);
+        payload
     }
 
     /// Moves the pending timer in slot `index` of generation `generation` to `deadline`
@@ -281,10 +308,25 @@ impl<T> Shard<T> {
                 Some((word & !RESETTING) | QUEUED)
             })
             .unwrap_or_else(|word| word);
-        if before & QUEUED == 0 {
-            // A closed list means the reaper is winding up: it finds the slot in its wheel
-            // all the same.
-            let _ = self.changes.push(index, &slot.change_link);
+        if before & QUEUED == 0 && self.changes.push(index, &slot.change_link).is_err() {
+            // The reaper is winding up: it finds a pending slot in its wheel all the same.
+            // The slot must not stay `QUEUED`, or a cancel would count on a change that
+            // never comes; and a cancel that came during the reset left the push to us.
+            // Only this generation's flag is cleared.
+            let cleared = slot
+                .state
+                .fetch_update(Ordering::Acquire, Ordering::Relaxed, |word| {
+                    let ours = slots::split(word).0 == generation && word & QUEUED != 0;
+                    ours.then_some(word & !QUEUED)
+                });
+            if let Ok(word) = cleared
+                && slots::split(word) == (generation, CANCELLED)
+            {
+                let payload = self.take_refused(slot, generation);
+                drop(guard);
+                self.contain(|| drop(payload));
+                return false;
+            }
         }
         self.wakeup.notify(deadline);
         // A cancel that came while the reset was under way won: the timer is gone.
@@ -672,24 +714,32 @@ impl<T> Shard<T> {
             stats.scheduled += arrived;
             stats.cancelled += cancelled;
         }
-        let held: Vec<u32> = due.drain_near().map(|near| near.index).collect();
+        // A held timer names its generation: its slot may have moved on since (cancelled,
+        // freed and taken again by a producer that is still to find the inbox closed, so
+        // its new timer is not the reaper's to take). A slot in the wheel is current: the
+        // reaper unlinks every slot it frees.
+        let held: Vec<(u32, Option<u32>)> = due
+            .drain_near()
+            .map(|near| (near.index, Some(near.generation)))
+            .collect();
         let in_wheel = due
             .wheel
             .drain_expired(u64::MAX)
-            .map(|expired| expired.value);
-        let indices: Vec<u32> = held.into_iter().chain(in_wheel).collect();
+            .map(|expired| (expired.value, None));
+        let slots: Vec<(u32, Option<u32>)> = held.into_iter().chain(in_wheel).collect();
         // A timer held and also back in the wheel (reset) is handed back once: the first
         // claim takes it.
-        let unfired = indices
+        let unfired = slots
             .into_iter()
-            .filter_map(|index| self.hand_back(index, &mut freed))
+            .filter_map(|(index, generation)| self.hand_back(index, generation, &mut freed))
             .collect();
         self.slots.recycle(&mut freed);
         unfired
     }
 
-    /// At shutdown: takes the payload of slot `index` if it is pending.
-    fn hand_back(&self, index: u32, freed: &mut Freed) -> Option<T> {
+    /// At shutdown: takes the payload of slot `index` if it is pending, in `generation`
+    /// if one is given.
+    fn hand_back(&self, index: u32, generation: Option<u32>, freed: &mut Freed) -> Option<T> {
         // SAFETY: the reaper may look at any slot (see `Slots::owned`). A held timer's
         // slot may be gone: freed since, and its chunk given back.
         let slot = unsafe { self.slots.owned(index) }?;
@@ -697,13 +747,17 @@ impl<T> Shard<T> {
         // neither can queue a change any more, so take the slot as it stands.
         let mut seen = slot.state.load(Ordering::Acquire);
         loop {
+            let (current, state) = slots::split(seen);
+            if generation.is_some_and(|generation| generation != current) {
+                return None;
+            }
             if seen & RESETTING != 0 {
                 // The resetter is between two instructions; it never waits on us.
                 sync::thread::yield_now();
                 seen = slot.state.load(Ordering::Acquire);
                 continue;
             }
-            if slots::split(seen).1 != PENDING {
+            if state != PENDING {
                 return None;
             }
             match self.claim(index, slot, seen, freed) {
@@ -726,6 +780,53 @@ mod tests {
     use super::*;
     use std::sync::Arc;
     use std::sync::atomic::AtomicUsize;
+
+    /// A shard with exact deadlines and a tick of 1,000 ns, whose payloads are boxed (so
+    /// that one moved out twice is a double free that miri and the allocator see).
+    fn exact_shard() -> Shard<Box<u64>> {
+        Shard::new(usize::MAX, 1_000, false, true)
+    }
+
+    /// Holds a timer due at 1,500 ns: its tick (1) has come at 1,000 ns, its deadline not.
+    fn held_timer(shard: &Shard<Box<u64>>, due: &mut Due, payload: u64) -> (u32, u32) {
+        let handle = shard.schedule(1_500, Box::new(payload)).unwrap();
+        shard.pass(due, 1, &|| 1_000, &|_| panic!("not due"));
+        assert_eq!(due.next_near(), Some(1_500), "held until its deadline");
+        handle
+    }
+
+    // The wind-up used to hand back held timers by slot index alone: a held timer that was
+    // cancelled left its index in the heap, its slot was freed and taken again by a
+    // producer still to find the inbox closed, and the wind-up took that producer's
+    // payload, which the producer then took again (moved out twice, the slot freed twice,
+    // `pending` wrapped).
+    #[test]
+    fn the_wind_up_leaves_a_held_slot_that_moved_on_to_its_new_producer() {
+        let shard = exact_shard();
+        let mut due = Due::new();
+        let (index, generation) = held_timer(&shard, &mut due, 1);
+        assert!(shard.cancel(index, generation));
+        shard.pass(&mut due, 1, &|| 1_000, &|_| panic!("cancelled"));
+        // A producer takes the freed slot and marks it pending: `schedule` up to its push.
+        let (taken, slot) = shard.slots.take().unwrap();
+        assert_eq!(taken, index, "the freed slot is the first on the stack");
+        // SAFETY: just taken, not published.
+        unsafe { slot.write_payload(Box::new(2)) };
+        slot.state
+            .store(slots::word(generation + 1, PENDING), Ordering::Relaxed);
+        let unfired = shard.wind_up(&mut due);
+        assert!(
+            unfired.is_empty(),
+            "handed back {unfired:?}, not the reaper's"
+        );
+        // The producer's push is refused, and the slot is still its own to give back.
+        assert_eq!(shard.inbox.push(taken, &slot.link), Err(Closed));
+        // SAFETY: written above, never published.
+        assert_eq!(*unsafe { slot.take_payload() }, 2);
+        let mut freed = Freed::new();
+        shard.slots.release(taken, slot, generation + 1, &mut freed);
+        shard.slots.recycle(&mut freed);
+    }
 
     /// Producers schedule, reset and cancel boxed payloads while a reaper thread runs
     /// passes, then the reaper winds up: every payload is fired, cancelled or handed back,

@@ -426,6 +426,10 @@ impl<T: Send + 'static> Timer<T> {
     /// Cancels a timer: true if it was pending and now will never run; false if it already
     /// ran or is running, was cancelled, or the handle is not this timer's. O(1), lock-free,
     /// from any thread; the slot is freed by the next reaper pass, which a cancel starts.
+    ///
+    /// The payload of a cancelled timer is dropped on the reaper, except during a
+    /// shutdown: a cancel that comes after the reaper stopped taking cancels drops the
+    /// payload itself, on the calling thread, before it returns.
     pub fn cancel(&self, handle: TimerHandle) -> bool {
         self.scheduler.cancel(handle)
     }
