@@ -348,6 +348,12 @@ impl<T> Shard<T> {
         self.wakeup.wake();
     }
 
+    /// Whether `stop` was called.
+    pub(crate) fn is_stopping(&self) -> bool {
+        // Relaxed: read by the thread that called `stop` (a manual timer's `advance`).
+        self.stopping.load(Ordering::Relaxed)
+    }
+
     /// The reaper: runs until `stop`, calling `handler` for every timer that comes due, and
     /// returns the payloads of the timers still pending then.
     pub(crate) fn run(&self, clock: &Clock, handler: &(dyn Fn(T) + Sync)) -> Vec<T> {

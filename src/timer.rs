@@ -13,6 +13,7 @@ use crate::handle::TimerHandle;
 use crate::scheduler::Scheduler;
 use crate::shard::Shard;
 use crate::stats::Stats;
+use std::cell::Cell;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, TryLockError};
 use std::thread::JoinHandle;
@@ -293,6 +294,36 @@ fn tighten_timer_slack() {
     }
 }
 
+thread_local! {
+    /// The state of the manual timer whose `advance` this thread is running (its address;
+    /// 0 for none): a `shutdown` from one of its callbacks must not wait for the lock that
+    /// `advance` holds.
+    static ADVANCING: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Marks the calling thread as advancing a manual timer until dropped.
+struct Advancing {
+    outer: usize,
+}
+
+impl Advancing {
+    fn enter<T>(state: &Mutex<Option<Manual<T>>>) -> Self {
+        let outer = ADVANCING.replace(state as *const _ as usize);
+        Advancing { outer }
+    }
+
+    /// Whether the calling thread is advancing the manual timer whose state this is.
+    fn is<T>(state: &Mutex<Option<Manual<T>>>) -> bool {
+        ADVANCING.get() == state as *const _ as usize
+    }
+}
+
+impl Drop for Advancing {
+    fn drop(&mut self) {
+        ADVANCING.set(self.outer);
+    }
+}
+
 /// Ids that tell one timer's handles from another's.
 static NEXT_TIMER_ID: AtomicU32 = AtomicU32::new(0);
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -499,12 +530,12 @@ impl<T: Send + 'static> Timer<T> {
     /// [`AdvanceError::Busy`] if another `advance` runs meanwhile (a callback calling it,
     /// or another thread).
     pub fn advance(&self, by: Duration) -> Result<(), AdvanceError> {
-        let (Driver::Manual(state), Some(elapsed_nanos)) =
+        let (Driver::Manual(state_lock), Some(elapsed_nanos)) =
             (&self.driver, self.scheduler.manual_elapsed())
         else {
             return Err(AdvanceError::NotManual);
         };
-        let mut state = match state.try_lock() {
+        let mut state = match state_lock.try_lock() {
             Ok(state) => state,
             Err(TryLockError::WouldBlock) => return Err(AdvanceError::Busy),
             // A callback panicked through `pass` (it does not: panics are contained), or
@@ -520,16 +551,64 @@ impl<T: Send + 'static> Timer<T> {
             .saturating_add(clock::nanos(by));
         elapsed_nanos.store(elapsed, Ordering::Relaxed);
         let now = self.scheduler.clock().tick_at(elapsed);
+        let advancing = Advancing::enter(state_lock);
         for (shard, due) in self.scheduler.shards().iter().zip(&mut manual.reapers) {
             shard.pass(due, now, &|| elapsed, &*manual.handler);
         }
+        drop(advancing);
+        // A callback shut the timer down (see `shutdown`): wind up now, as a reaper would
+        // after its pass, and drop what had not run, once the lock is let go.
+        if self.scheduler.shards().iter().any(Shard::is_stopping) {
+            let unfired = Self::wind_up(&self.scheduler, state.take());
+            drop(state);
+            drop(unfired);
+        }
         Ok(())
+    }
+
+    /// Winds a manual timer's shards up, handing back what had not fired.
+    fn wind_up(scheduler: &Scheduler<T>, manual: Option<Manual<T>>) -> Vec<T> {
+        let Some(mut manual) = manual else {
+            return Vec::new();
+        };
+        scheduler
+            .shards()
+            .iter()
+            .zip(&mut manual.reapers)
+            .flat_map(|(shard, due)| shard.wind_up(due))
+            .collect()
     }
 
     /// Stops every reaper and returns the payloads (callbacks) of the timers that had not
     /// fired, unrun. Scheduling afterwards fails with [`ScheduleError::Shutdown`]. Calling
     /// it again returns nothing more. Dropping the timer shuts it down and drops them.
-    /// (Calling it from one of the timer's own callbacks would wait for itself: don't.)
+    ///
+    /// Called on one of the timer's own reapers (a callback that shuts the timer down, or
+    /// drops the last `Arc` of a service that owns it), it joins the other reapers but not
+    /// that one, which is busy running the callback: that reaper winds its shard up once
+    /// the callback returns (timers of its shard already due in the same pass may still
+    /// fire first), drops the payloads it had left, and ends. Those payloads are not in
+    /// the returned `Vec`. A manual timer shut down from a callback inside
+    /// [`advance`](Self::advance) likewise winds up when `advance` has run its passes, and
+    /// drops what had not run.
+    ///
+    /// ```
+    /// use std::sync::{Arc, mpsc};
+    /// use std::time::Duration;
+    ///
+    /// // A service owns its timer, and a timer's callback owns the service's last handle.
+    /// let timer = Arc::new(shardwheel::Timer::builder().shards(2).build().unwrap());
+    /// let owner = Arc::clone(&timer);
+    /// let (done, finished) = mpsc::channel();
+    /// timer
+    ///     .schedule(Duration::from_millis(1), move || {
+    ///         drop(owner); // the last handle: the timer shuts down, here
+    ///         done.send(()).unwrap();
+    ///     })
+    ///     .unwrap();
+    /// drop(timer);
+    /// finished.recv().unwrap();
+    /// ```
     pub fn shutdown(&self) -> Vec<T> {
         for shard in self.scheduler.shards().iter() {
             shard.stop();
@@ -537,21 +616,18 @@ impl<T: Send + 'static> Timer<T> {
         match &self.driver {
             Driver::Reapers(reapers) => {
                 let reapers = std::mem::take(&mut *lock(reapers));
+                let me = std::thread::current().id();
+                // Joining the calling reaper would wait for itself: it is detached, and
+                // winds up on its own after the callback (see above).
                 reapers
                     .into_iter()
+                    .filter(|reaper| reaper.thread().id() != me)
                     .flat_map(|reaper| reaper.join().unwrap_or_default())
                     .collect()
             }
-            Driver::Manual(state) => match lock(state).take() {
-                Some(mut manual) => self
-                    .scheduler
-                    .shards()
-                    .iter()
-                    .zip(&mut manual.reapers)
-                    .flat_map(|(shard, due)| shard.wind_up(due))
-                    .collect(),
-                None => Vec::new(),
-            },
+            // `advance` holds the lock and winds up after its passes.
+            Driver::Manual(state) if Advancing::is(state) => Vec::new(),
+            Driver::Manual(state) => Self::wind_up(&self.scheduler, lock(state).take()),
         }
     }
 }

@@ -88,3 +88,104 @@ fn a_timer_reset_then_cancelled_during_shutdown_is_dropped_once_by_then() {
     drop(timer);
     assert_eq!(drops.load(Ordering::SeqCst), 1, "and not again");
 }
+
+/// Timers `pending_on_every_shard` schedules.
+const SPREAD: usize = 64;
+
+/// Schedules `SPREAD` timers from as many threads, each counting its drop in `drops`: a
+/// producer thread keeps to one shard, and new threads are handed out to the shards in
+/// turn, so every shard gets some (all on one of two shards: a chance of 2^-63).
+fn pending_on_every_shard(timer: &Arc<Timer>, drops: &Arc<AtomicUsize>) {
+    for _ in 0..SPREAD {
+        let (timer, drops) = (Arc::clone(timer), Arc::clone(drops));
+        std::thread::spawn(move || timer.schedule(ms(600_000), counted(&drops)).unwrap())
+            .join()
+            .unwrap();
+    }
+}
+
+/// Waits up to ten seconds for `count` to reach `expected`.
+fn wait_for(count: &AtomicUsize, expected: usize) -> usize {
+    for _ in 0..10_000 {
+        if count.load(Ordering::SeqCst) == expected {
+            break;
+        }
+        std::thread::sleep(ms(1));
+    }
+    count.load(Ordering::SeqCst)
+}
+
+// The last `Arc<Timer>` dropped inside one of its callbacks made the shutdown join its own
+// reaper: std panicked ("failed to join thread: Resource deadlock avoided") inside the
+// callback, and the callback never got past the drop.
+#[test]
+fn a_timer_dropped_in_its_own_callback_winds_up_every_shard() {
+    let timer = Arc::new(Timer::builder().shards(2).build().unwrap());
+    let drops = Arc::new(AtomicUsize::new(0));
+    pending_on_every_shard(&timer, &drops);
+    let (done, finished) = mpsc::channel();
+    let owner = Arc::clone(&timer);
+    timer
+        .schedule(ms(1), move || {
+            drop(owner);
+            done.send(()).unwrap();
+        })
+        .unwrap();
+    drop(timer);
+    finished
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the callback went on after the timer was dropped");
+    assert_eq!(
+        wait_for(&drops, SPREAD),
+        SPREAD,
+        "both shards' pending timers dropped unrun"
+    );
+}
+
+#[test]
+fn a_timer_shut_down_in_its_own_callback_hands_back_the_other_shards_timers() {
+    let timer = Arc::new(Timer::builder().shards(2).build().unwrap());
+    let drops = Arc::new(AtomicUsize::new(0));
+    pending_on_every_shard(&timer, &drops);
+    let (done, finished) = mpsc::channel();
+    let weak = Arc::downgrade(&timer);
+    timer
+        .schedule(ms(1), move || {
+            let timer = weak.upgrade().unwrap();
+            done.send(timer.shutdown().len()).unwrap();
+        })
+        .unwrap();
+    let handed_back = finished.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert!(
+        (1..SPREAD).contains(&handed_back),
+        "the other shard's timers, not this one's: {handed_back}"
+    );
+    assert_eq!(wait_for(&drops, SPREAD), SPREAD, "this shard's dropped");
+    assert!(timer.schedule(ms(1), || {}).is_err(), "shut down");
+}
+
+// A manual timer shut down from a callback inside `advance` waited for the lock `advance`
+// held.
+#[test]
+fn a_manual_timer_shut_down_inside_advance_winds_up_after_it() {
+    let timer = Arc::new(manual());
+    let drops = Arc::new(AtomicUsize::new(0));
+    timer.schedule(ms(600_000), counted(&drops)).unwrap();
+    let weak = Arc::downgrade(&timer);
+    timer
+        .schedule(ms(1), move || {
+            let timer = weak.upgrade().unwrap();
+            assert!(timer.shutdown().is_empty(), "wound up after the passes");
+        })
+        .unwrap();
+    timer.advance(ms(1)).unwrap();
+    assert_eq!(
+        drops.load(Ordering::SeqCst),
+        1,
+        "dropped unrun once advance returned"
+    );
+    assert_eq!(timer.pending(), 0);
+    assert_eq!(timer.panicked(), 0);
+    assert!(timer.schedule(ms(1), || {}).is_err(), "shut down");
+    assert!(timer.shutdown().is_empty());
+}
