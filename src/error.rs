@@ -116,18 +116,27 @@ impl std::error::Error for AdvanceError {}
 /// Why [`Builder::build`](crate::Builder::build) failed.
 #[derive(Debug)]
 pub enum BuildError {
-    /// The shard count must be between 1 and `u32::MAX`.
+    /// The shard count must be between 1 and 65,536.
     Shards(usize),
     /// The tick must be longer than zero.
     ZeroTick,
     /// A reaper thread could not be started.
     Thread(std::io::Error),
+    /// The process has built 2^48 timers: every timer id was given out once, and an id is
+    /// never given twice (a handle of a dropped timer must never name a later one's slot).
+    Ids,
 }
 
 impl fmt::Display for BuildError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            BuildError::Shards(n) => write!(f, "invalid shard count {n}: at least one is needed"),
+            BuildError::Shards(n) => {
+                write!(
+                    f,
+                    "invalid shard count {n}: between 1 and 65,536 are allowed"
+                )
+            }
+            BuildError::Ids => f.write_str("every timer id has been used (2^48 timers built)"),
             BuildError::ZeroTick => f.write_str("the tick must be longer than zero"),
             BuildError::Thread(error) => write!(f, "cannot start a reaper thread: {error}"),
         }

@@ -68,36 +68,41 @@ impl std::fmt::Debug for Key {
     }
 }
 
+/// Bits of a handle that name its shard; the timer's id has the other 48 of a `u64`.
+pub(crate) const SHARD_BITS: u32 = 16;
+
 /// Names one timer of a [`Timer`](crate::Timer): the timer, the shard, the slot and the
 /// generation it was issued at.
 ///
 /// Like a [`Key`], it stays valid until its timer fires or is cancelled; after that
 /// [`Timer::cancel`](crate::Timer::cancel) with it returns false, even once the slot holds
-/// another timer, and so does a handle of another `Timer`.
+/// another timer, and so does a handle of another `Timer`: every `Timer` a process builds
+/// has an id of its own, never given again.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct TimerHandle {
-    timer: u32,
-    shard: u32,
+    /// The timer's id in the high 48 bits, the shard in the low 16.
+    owner: u64,
     slot: u32,
     generation: u32,
 }
 
 impl TimerHandle {
-    pub(crate) const fn new(timer: u32, shard: u32, slot: u32, generation: u32) -> Self {
+    /// The handle of slot `slot` at `generation` in shard `shard` (below 2^16) of timer
+    /// `timer` (below 2^48).
+    pub(crate) const fn new(timer: u64, shard: u32, slot: u32, generation: u32) -> Self {
         TimerHandle {
-            timer,
-            shard,
+            owner: (timer << SHARD_BITS) | shard as u64,
             slot,
             generation,
         }
     }
 
-    pub(crate) const fn timer(self) -> u32 {
-        self.timer
+    pub(crate) const fn timer(self) -> u64 {
+        self.owner >> SHARD_BITS
     }
 
     pub(crate) const fn shard(self) -> u32 {
-        self.shard
+        (self.owner & ((1 << SHARD_BITS) - 1)) as u32
     }
 
     pub(crate) const fn slot(self) -> u32 {
@@ -114,17 +119,38 @@ impl std::fmt::Debug for TimerHandle {
         write!(
             f,
             "TimerHandle({}:{}:{}v{})",
-            self.timer, self.shard, self.slot, self.generation
+            self.timer(),
+            self.shard(),
+            self.slot,
+            self.generation
         )
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::Key;
+    use super::{Key, SHARD_BITS, TimerHandle};
     use proptest::prelude::*;
 
     proptest! {
+        // Timer ids were 32 bits: after 2^32 timers were built, a handle of the first
+        // could name a slot of a later one.
+        #[test]
+        fn timer_handles_keep_every_bit_of_the_id_and_shard(
+            timer in 0..1u64 << (64 - SHARD_BITS),
+            shard in 0..1u32 << SHARD_BITS,
+            slot: u32,
+            generation: u32,
+        ) {
+            let handle = TimerHandle::new(timer, shard, slot, generation);
+            prop_assert_eq!(handle.timer(), timer);
+            prop_assert_eq!(handle.shard(), shard);
+            prop_assert_eq!(handle.slot(), slot);
+            prop_assert_eq!(handle.generation(), generation);
+            let after_2_32 = TimerHandle::new(timer ^ (1 << 32), shard, slot, generation);
+            prop_assert_ne!(after_2_32, handle);
+        }
+
         #[test]
         fn bits_round_trip(index: u32, generation: u32) {
             let key = Key::new(index, generation);

@@ -38,6 +38,7 @@
 //! `shard` (a shard and its reaper), `slots` (the shared slab of timer slots), `inbox`,
 //! `wakeup` (the park handshake), `sleep`, `periodic`, `purgatory`, `stats`, `error`.
 
+mod bound;
 mod callback;
 mod clock;
 mod due;

@@ -12,8 +12,8 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 pub(crate) struct Scheduler<T: Send + 'static> {
-    /// Tells this timer's handles from another's.
-    id: u32,
+    /// Tells this timer's handles from another's (see `timer::take_id`).
+    id: u64,
     shards: Arc<[Shard<T>]>,
     clock: Clock,
     /// A manual timer's time since its start, moved only by `advance`; `None` for a timer
@@ -42,7 +42,7 @@ thread_local! {
 
 impl<T: Send + 'static> Scheduler<T> {
     pub(crate) fn new(
-        id: u32,
+        id: u64,
         shards: Arc<[Shard<T>]>,
         clock: Clock,
         manual_elapsed: Option<Arc<AtomicU64>>,

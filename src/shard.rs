@@ -17,6 +17,7 @@
 //! (`wakeup` has the handshake and why no wake-up is lost). While the reaper works,
 //! producers make no system call at all.
 
+use crate::bound::Bound;
 use crate::clock::{self, Clock};
 use crate::due::{Due, Near};
 use crate::inbox::{Closed, Inbox};
@@ -29,7 +30,7 @@ use crate::sync::{self, AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use crate::wakeup::Wakeup;
 use crossbeam_utils::CachePadded;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 /// How long cancelled timers may wait for the reaper while cancels keep coming (see
@@ -51,7 +52,7 @@ const BACKLOG: u32 = 4096;
 /// Why a schedule was refused; the payload is handed back.
 #[derive(Debug)]
 pub enum Refused<T> {
-    /// The shard holds `max_pending` timers.
+    /// `max_pending` timers are pending.
     Full(T),
     /// The reaper has shut down.
     Closed(T),
@@ -69,7 +70,8 @@ pub struct Shard<T> {
     changes: CachePadded<Inbox>,
     wakeup: CachePadded<Wakeup>,
     counts: CachePadded<ProducerCounts>,
-    max_pending: usize,
+    /// The bound on pending timers, shared with the timer's other shards; none if unbounded.
+    bound: Option<Arc<Bound>>,
     /// The wheel's tick: deadlines are nanoseconds since the start, the wheel counts ticks.
     tick_nanos: u64,
     /// Whether fired timers' lateness goes into the stats.
@@ -109,7 +111,7 @@ impl<T> Shard<T> {
                 resets: AtomicU64::new(0),
             }),
             stats: Mutex::new(ShardStats::new()),
-            max_pending,
+            bound: Bound::new(max_pending),
             tick_nanos: tick_nanos.max(1),
             record_lateness,
             exact,
@@ -119,11 +121,27 @@ impl<T> Shard<T> {
         }
     }
 
+    /// Makes the shard count its pending timers against `bound`, which the timer's other
+    /// shards share, in place of its own.
+    pub(crate) fn with_bound(mut self, bound: Option<Arc<Bound>>) -> Self {
+        self.bound = bound;
+        self
+    }
+
     /// Makes the reaper spin, rather than sleep, for the last `spin` before each deadline:
     /// wake-ups on time to the microsecond, for a core kept busy while timers are near.
     pub(crate) fn with_spin(mut self, spin: Duration) -> Self {
         self.spin_nanos = clock::nanos(spin);
         self
+    }
+
+    /// Counts a timer out of the pending ones (fired, cancelled, handed back, refused).
+    fn count_out(&self) {
+        // Relaxed: a count, not a synchronisation.
+        self.counts.pending.fetch_sub(1, Ordering::Relaxed);
+        if let Some(bound) = &self.bound {
+            bound.discharge();
+        }
     }
 
     /// Timers scheduled and neither fired nor cancelled.
@@ -154,19 +172,13 @@ impl<T> Shard<T> {
     /// Schedules `payload`, due at `deadline` (nanoseconds since the start); returns its
     /// slot and generation.
     pub fn schedule(&self, deadline: u64, payload: T) -> Result<(u32, u32), Refused<T>> {
-        // Relaxed: a count, not a synchronisation. Incremented only while below the bound,
-        // so a refusal always means `max_pending` timers really are pending.
-        let below_bound = |n: usize| (n < self.max_pending).then_some(n + 1);
-        if self
-            .counts
-            .pending
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, below_bound)
-            .is_err()
-        {
+        if self.bound.as_ref().is_some_and(|bound| !bound.admit()) {
             return Err(Refused::Full(payload));
         }
+        // Relaxed: a count, not a synchronisation.
+        self.counts.pending.fetch_add(1, Ordering::Relaxed);
         let Some((index, slot)) = self.slots.take() else {
-            self.counts.pending.fetch_sub(1, Ordering::Relaxed);
+            self.count_out();
             return Err(Refused::Full(payload));
         };
         // Relaxed: the slot is ours; `take` synchronised with whoever freed it.
@@ -185,7 +197,7 @@ impl<T> Shard<T> {
             let mut freed = Freed::new();
             self.slots.release(index, slot, generation, &mut freed);
             self.slots.recycle(&mut freed);
-            self.counts.pending.fetch_sub(1, Ordering::Relaxed);
+            self.count_out();
             return Err(Refused::Closed(payload));
         }
         self.wakeup.notify(deadline);
@@ -226,7 +238,7 @@ impl<T> Shard<T> {
                 Err(seen) => current = seen,
             }
         }
-        self.counts.pending.fetch_sub(1, Ordering::Relaxed);
+        self.count_out();
         if current & (RESETTING | QUEUED) == 0 {
             match self.changes.push(index, &slot.change_link) {
                 Ok(0) => self.wakeup.notify_sleeping(),
@@ -698,7 +710,7 @@ impl<T> Shard<T> {
             Ordering::Acquire,
             Ordering::Acquire,
         )?;
-        self.counts.pending.fetch_sub(1, Ordering::Relaxed);
+        self.count_out();
         // SAFETY: the CAS made this reaper the only owner of a published payload.
         let payload = unsafe { slot.take_payload() };
         // Freed before the callback runs: a slow callback holds no slot.

@@ -5,16 +5,17 @@
 //! cores do not share a shard's inbox cache line; any thread may cancel any timer, since the
 //! handle names its shard.
 
+use crate::bound::Bound;
 use crate::callback::Callback;
 use crate::clock::{self, Clock};
 use crate::due::Due;
 use crate::error::{AdvanceError, BuildError, ScheduleError, StaleHandle};
-use crate::handle::TimerHandle;
+use crate::handle::{SHARD_BITS, TimerHandle};
 use crate::scheduler::Scheduler;
 use crate::shard::Shard;
 use crate::stats::Stats;
 use std::cell::Cell;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, TryLockError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -62,7 +63,8 @@ impl Default for Builder {
 }
 
 impl Builder {
-    /// Number of shards, each with its own reaper thread. Default: the available cores.
+    /// Number of shards, each with its own reaper thread: 1 to 65,536. Default: the
+    /// available cores.
     pub fn shards(mut self, shards: usize) -> Self {
         self.shards = shards;
         self
@@ -86,9 +88,11 @@ impl Builder {
         self
     }
 
-    /// How many timers may be pending at once, spread evenly over the shards; beyond it
-    /// [`Timer::schedule`] returns [`ScheduleError::Full`]. Default: unbounded (each shard
-    /// can index 2^31 timers).
+    /// How many timers may be pending at once over the whole timer, whichever threads
+    /// schedule them; beyond it [`Timer::schedule`] returns [`ScheduleError::Full`]. A
+    /// bound costs one counter that every shard shares (a cache line its producers and
+    /// reapers all write); without one there is none. Default: unbounded (each shard can
+    /// index 2^31 timers).
     pub fn max_pending(mut self, max_pending: usize) -> Self {
         self.max_pending = max_pending;
         self
@@ -153,7 +157,8 @@ impl Builder {
     ///
     /// # Errors
     ///
-    /// [`BuildError`] if the shard count or tick is zero, or a thread cannot be started.
+    /// [`BuildError`] if the shard count is zero or above 65,536, the tick is zero, or a
+    /// thread cannot be started.
     pub fn build(self) -> Result<Timer, BuildError> {
         self.build_with(Callback::run)
     }
@@ -192,26 +197,27 @@ impl Builder {
         self,
         handler: impl Fn(T) + Send + Sync + 'static,
     ) -> Result<Timer<T>, BuildError> {
-        if self.shards == 0 || self.shards > u32::MAX as usize {
+        if self.shards == 0 || self.shards > MAX_SHARDS {
             return Err(BuildError::Shards(self.shards));
         }
         if self.tick.is_zero() {
             return Err(BuildError::ZeroTick);
         }
-        let per_shard = self.max_pending.div_ceil(self.shards);
+        let bound = Bound::new(self.max_pending);
         let clock = Clock::new(self.tick);
         let shards: Arc<[Shard<T>]> = (0..self.shards)
             .map(|_| {
                 Shard::new(
-                    per_shard,
+                    usize::MAX,
                     clock.tick_nanos(),
                     self.record_lateness,
                     self.exact_deadlines,
                 )
+                .with_bound(bound.clone())
                 .with_spin(self.spin)
             })
             .collect();
-        let id = NEXT_TIMER_ID.fetch_add(1, Ordering::Relaxed);
+        let id = take_id(&NEXT_TIMER_ID).ok_or(BuildError::Ids)?;
         if self.manual {
             let manual = Manual {
                 reapers: (0..self.shards).map(|_| Due::new()).collect(),
@@ -324,8 +330,26 @@ impl Drop for Advancing {
     }
 }
 
-/// Ids that tell one timer's handles from another's.
-static NEXT_TIMER_ID: AtomicU32 = AtomicU32::new(0);
+/// The most shards a timer can have: a handle names its shard in `SHARD_BITS` bits.
+const MAX_SHARDS: usize = 1 << SHARD_BITS;
+
+/// Timer ids: a handle keeps one in the 48 bits its shard leaves.
+const TIMER_IDS: u64 = 1 << (64 - SHARD_BITS);
+
+/// The next id to give a timer: ids tell one timer's handles from another's.
+static NEXT_TIMER_ID: AtomicU64 = AtomicU64::new(0);
+
+/// Takes the next id from `counter`, or `None` once every id was given. Ids are never
+/// given twice, so a handle of a timer dropped long ago never names a later timer's
+/// slot. (At a million timers built a second, they last nine years.)
+fn take_id(counter: &AtomicU64) -> Option<u64> {
+    // Relaxed: ids only need to differ, which the RMW's total order gives.
+    counter
+        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |id| {
+            (id < TIMER_IDS).then_some(id + 1)
+        })
+        .ok()
+}
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     // The lock guards join handles only; a panic while holding it leaves them usable.
     mutex
@@ -644,5 +668,19 @@ impl<T: Send + 'static> std::fmt::Debug for Timer<T> {
             .field("shards", &self.scheduler.shards().len())
             .field("pending", &self.pending())
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timer_ids_are_never_given_twice() {
+        let counter = AtomicU64::new(TIMER_IDS - 2);
+        assert_eq!(take_id(&counter), Some(TIMER_IDS - 2));
+        assert_eq!(take_id(&counter), Some(TIMER_IDS - 1));
+        assert_eq!(take_id(&counter), None, "all given: none wraps round to 0");
+        assert_eq!(take_id(&counter), None);
     }
 }

@@ -295,6 +295,11 @@ fn bad_configurations_are_errors() {
         Timer::builder().tick(Duration::ZERO).build(),
         Err(BuildError::ZeroTick)
     ));
+    // A handle names its shard in 16 bits: more shards than that would alias.
+    assert!(matches!(
+        Timer::builder().manual().shards(65_537).build(),
+        Err(BuildError::Shards(65_537))
+    ));
     // Huge delays are clamped, not a panic.
     let timer = timer(1);
     let handle = timer.schedule(Duration::MAX, || {}).unwrap();

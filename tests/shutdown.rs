@@ -2,7 +2,7 @@
 //! stopped taking them, a timer shut down or dropped on one of its own reapers, and the
 //! bounds and names that must hold over a timer's whole life.
 
-use shardwheel::{Period, Timer};
+use shardwheel::{Period, ScheduleError, Timer};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, mpsc};
 use std::time::Duration;
@@ -188,4 +188,44 @@ fn a_manual_timer_shut_down_inside_advance_winds_up_after_it() {
     assert_eq!(timer.panicked(), 0);
     assert!(timer.schedule(ms(1), || {}).is_err(), "shut down");
     assert!(timer.shutdown().is_empty());
+}
+
+// The bound was split evenly over the shards while a producer thread keeps to one:
+// `shards(2).max_pending(1000)` took 500 timers from one thread, then said `Full`.
+#[test]
+fn max_pending_bounds_the_whole_timer_whichever_threads_schedule() {
+    let timer = Arc::new(
+        Timer::builder()
+            .shards(2)
+            .manual()
+            .max_pending(1_000)
+            .build()
+            .unwrap(),
+    );
+    let from_another_thread = |timer: &Arc<Timer>| {
+        let timer = Arc::clone(timer);
+        std::thread::spawn(move || timer.schedule(ms(1), || {}).is_ok())
+            .join()
+            .unwrap()
+    };
+    let handles: Vec<_> = (0..1_000)
+        .map(|_| timer.schedule(ms(1_000), || {}).expect("within the bound"))
+        .collect();
+    assert!(matches!(
+        timer.schedule(ms(1), || {}),
+        Err(ScheduleError::Full(_))
+    ));
+    assert!(!from_another_thread(&timer), "full on every shard");
+    assert!(timer.cancel(handles[0]));
+    assert!(
+        from_another_thread(&timer),
+        "a cancel makes room, for any thread"
+    );
+    assert!(timer.schedule(ms(1), || {}).is_err());
+    timer.advance(ms(1_000)).unwrap();
+    assert_eq!(timer.pending(), 0);
+    assert!(
+        timer.schedule(ms(1), || {}).is_ok(),
+        "and so do fired timers"
+    );
 }

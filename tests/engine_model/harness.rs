@@ -55,7 +55,7 @@ pub struct Harness {
     /// Payloads that fired or were cancelled: they must never fire (again).
     done: Vec<bool>,
     elapsed_nanos: u64,
-    /// How many timers the (one) shard this thread schedules on may hold.
+    /// How many timers may be pending over the whole timer.
     bound: usize,
     /// What `stats()` must say after an advance.
     scheduled: u64,
@@ -93,8 +93,7 @@ impl Harness {
             pending: BTreeMap::new(),
             done: Vec::new(),
             elapsed_nanos: 0,
-            // Every operation comes from this one thread, hence one shard.
-            bound: max_pending.div_ceil(shards),
+            bound: max_pending,
             scheduled: 0,
             fired_count: 0,
             cancelled: 0,
