@@ -45,6 +45,7 @@ mod due;
 mod error;
 mod handle;
 mod inbox;
+mod pages;
 mod periodic;
 pub mod purgatory;
 mod scheduler;

@@ -13,7 +13,8 @@
 //! would wrap around is retired instead of reused, so no key can ever match a later
 //! occupant: the ABA problem is closed at the cost of one entry per 2^31 reuses of a slot.
 
-use std::alloc::{self, Layout};
+use crate::pages;
+use std::alloc::Layout;
 use std::mem::MaybeUninit;
 
 /// "No entry": the end of a bucket list or of the free list.
@@ -117,12 +118,11 @@ fn chunk_layout<T>(chunk: usize) -> Option<Layout> {
 /// Big chunks are advised onto huge pages: with millions of timers every cancel is a random
 /// access, and a 2 MiB page covers what 512 small pages did, so far fewer of those
 /// accesses miss the TLB. The advice is only advice; where it is refused nothing changes.
+/// The memory is mapped from the OS (see `pages`), so that a chunk the slab gives back
+/// leaves the process whatever the global allocator.
 fn allocate_chunk(layout: Layout) -> *mut u8 {
-    // SAFETY: an `Entry` is at least 20 bytes, so the layout is not zero-sized.
-    let memory = unsafe { alloc::alloc(layout) };
-    if memory.is_null() {
-        alloc::handle_alloc_error(layout);
-    }
+    // An `Entry` is at least 20 bytes, so the layout is not zero-sized.
+    let memory = pages::allocate_zeroed(layout);
     // Miri cannot run the system call; it is advice only, so skipping it changes nothing
     // that Miri checks.
     #[cfg(all(target_os = "linux", not(miri)))]
@@ -144,10 +144,10 @@ fn allocate_chunk(layout: Layout) -> *mut u8 {
 /// used again or holds a value that needs dropping.
 unsafe fn dealloc_chunk<T>(base: *mut Entry<T>, chunk: usize) {
     let layout = chunk_layout::<T>(chunk).expect("layout was valid when allocated");
-    // SAFETY: `base + first_index(chunk)` is the pointer `alloc` returned for this chunk
-    // with this very layout (see `Slab::bases`), and the caller frees it once.
+    // SAFETY: `base + first_index(chunk)` is the pointer `allocate_chunk` returned for
+    // this chunk with this very layout (see `Slab::bases`), and the caller frees it once.
     unsafe {
-        alloc::dealloc(
+        pages::free(
             base.wrapping_add(first_index::<FIRST_CHUNK_BITS>(chunk))
                 .cast(),
             layout,

@@ -237,40 +237,59 @@ fn first_index(chunk: usize) -> u32 {
     slab::first_index::<FIRST_CHUNK_BITS>(chunk) as u32
 }
 
-/// A chunk of `len` fresh slots, owned by the caller (see `chunk_box`).
+/// A chunk of `len` fresh slots, owned by the caller until it frees it with
+/// `dealloc_chunk`.
 ///
-/// Outside loom the chunk is zeroed memory, which is what `Slot::new` builds: all-zero
-/// atomics are valid, and the payload cell may hold anything. So installing a chunk of
-/// millions of slots costs an allocation, not a pass over them (the OS hands out zeroed
-/// pages as they are first touched), and a producer that loses the race to install it
-/// wastes nothing. Loom's atomics are not plain integers, so loom builds them one by one.
+/// Outside loom the chunk is zeroed memory mapped from the OS (see `pages`), which is what
+/// `Slot::new` builds: all-zero atomics are valid, and the payload cell may hold anything.
+/// So installing a chunk of millions of slots costs a system call, not a pass over them
+/// (the OS hands out zeroed pages as they are first touched), a producer that loses the
+/// race to install it wastes nothing, and a chunk given back leaves the process whatever
+/// the global allocator. Loom's atomics are not plain integers, so loom builds them one by
+/// one.
 fn new_chunk<T>(len: usize) -> *mut Slot<T> {
     #[cfg(loom)]
     return Box::into_raw((0..len).map(|_| Slot::new()).collect::<Box<[Slot<T>]>>()).cast();
     #[cfg(not(loom))]
-    {
-        let layout = std::alloc::Layout::array::<Slot<T>>(len).expect("chunks fit in memory");
-        // SAFETY: the layout has a non-zero size: chunks hold at least 64 slots and a slot
-        // holds atomics.
-        let base = unsafe { std::alloc::alloc_zeroed(layout) };
-        if base.is_null() {
-            std::alloc::handle_alloc_error(layout);
-        }
-        base.cast()
-    }
+    crate::pages::allocate_zeroed(chunk_layout::<T>(len)).cast()
 }
 
-/// Takes back ownership of chunk `chunk` made by `new_chunk`, to drop it.
+/// The memory layout of a chunk of `len` slots.
+#[cfg(not(loom))]
+fn chunk_layout<T>(len: usize) -> std::alloc::Layout {
+    // A chunk holds at least 64 slots of at least 32 bytes (atomics), so its layout is not
+    // zero-sized; chunks hold at most 2^31 slots, far below `isize::MAX` bytes.
+    std::alloc::Layout::array::<Slot<T>>(len).expect("chunks fit in memory")
+}
+
+/// The slots of chunk `chunk` made by `new_chunk`.
 ///
 /// # Safety
 ///
-/// `base` came from `new_chunk(chunk_len(chunk))`, is not owned elsewhere, and nobody
-/// holds a reference into it.
-unsafe fn chunk_box<T>(base: *mut Slot<T>, chunk: usize) -> Box<[Slot<T>]> {
-    // SAFETY: `new_chunk` allocates with the global allocator and the layout of a
-    // `[Slot<T>]` of this length, as `Box` does, and its memory holds valid slots (zeroed
-    // ones are valid, see `new_chunk`); the caller gives up ownership.
-    unsafe { Box::from_raw(ptr::slice_from_raw_parts_mut(base, chunk_len(chunk))) }
+/// `base` came from `new_chunk(chunk_len(chunk))` and is not freed while the slice is
+/// used.
+unsafe fn chunk_slots<'a, T>(base: *mut Slot<T>, chunk: usize) -> &'a [Slot<T>] {
+    // SAFETY: the memory holds `chunk_len(chunk)` valid slots (zeroed ones are valid, see
+    // `new_chunk`) and outlives the borrow, by the caller's contract.
+    unsafe { std::slice::from_raw_parts(base, chunk_len(chunk)) }
+}
+
+/// Frees chunk `chunk` made by `new_chunk`. Its slots hold no payload (or the caller has
+/// taken them out): a slot has no drop glue of its own outside loom.
+///
+/// # Safety
+///
+/// `base` came from `new_chunk(chunk_len(chunk))`, is freed once, and nobody holds a
+/// reference into it.
+unsafe fn dealloc_chunk<T>(base: *mut Slot<T>, chunk: usize) {
+    #[cfg(loom)]
+    // SAFETY: `new_chunk` made it a boxed slice of this length; the caller gives it up.
+    drop(unsafe { Box::from_raw(ptr::slice_from_raw_parts_mut(base, chunk_len(chunk))) });
+    #[cfg(not(loom))]
+    // SAFETY: mapped by `new_chunk` with this layout, freed once, never used again.
+    unsafe {
+        crate::pages::free(base.cast(), chunk_layout::<T>(chunk_len(chunk)))
+    };
 }
 
 /// Frees a chunk given back, whose slots are all free. Under loom the memory is kept and
@@ -279,20 +298,19 @@ unsafe fn chunk_box<T>(base: *mut Slot<T>, chunk: usize) -> Box<[Slot<T>]> {
 ///
 /// # Safety
 ///
-/// As for `chunk_box`.
+/// As for `dealloc_chunk`.
 unsafe fn free_chunk<T>(base: *mut Slot<T>, chunk: usize) {
-    // SAFETY: the caller's contract is `chunk_box`'s.
-    let slots = unsafe { chunk_box(base, chunk) };
     #[cfg(loom)]
-    {
-        for slot in slots.iter() {
-            // SAFETY: loom checks this write against every other access to the flag.
-            slot.freed.with_mut(|freed| unsafe { *freed = true });
-        }
-        Box::leak(slots);
+    // SAFETY: the chunk is live until here (its memory is kept under loom).
+    for slot in unsafe { chunk_slots(base, chunk) } {
+        // SAFETY: loom checks this write against every other access to the flag.
+        slot.freed.with_mut(|freed| unsafe { *freed = true });
     }
     #[cfg(not(loom))]
-    drop(slots);
+    // SAFETY: the caller's contract is `dealloc_chunk`'s.
+    unsafe {
+        dealloc_chunk(base, chunk)
+    };
 }
 
 /// A chunk pointer that may cross to whichever thread runs the deferred free.
@@ -425,7 +443,7 @@ impl<T> Slots<T> {
                 Err(installed) => {
                     // SAFETY: `fresh` came from `new_chunk` with this length just above and
                     // lost the race, so nothing else has seen it.
-                    drop(unsafe { chunk_box(fresh, chunk) });
+                    unsafe { dealloc_chunk(fresh, chunk) };
                     installed
                 }
             };
@@ -821,7 +839,7 @@ impl<T> Drop for Slots<T> {
             }
             // SAFETY: installed chunks come from `new_chunk` with this length, and `&mut
             // self` means no other thread holds a reference into them.
-            let slots = unsafe { chunk_box(base, chunk) };
+            let slots = unsafe { chunk_slots(base, chunk) };
             let first = first_index(chunk) as usize;
             let used = (claimed as usize).saturating_sub(first).min(slots.len());
             for slot in &slots[..used] {
@@ -833,6 +851,8 @@ impl<T> Drop for Slots<T> {
                     drop(unsafe { slot.take_payload() });
                 }
             }
+            // SAFETY: as above; the payloads are out, and nothing uses the chunk again.
+            unsafe { dealloc_chunk(base, chunk) };
         }
     }
 }
