@@ -7,7 +7,8 @@
 //! head carries a tag that changes on every pop and push, so a producer whose pop raced with
 //! another pop and a push of the same slot fails its CAS instead of corrupting the stack
 //! (the ABA problem). Producers pop; the reaper pushes, and so does a producer giving back a
-//! slot the closed inbox refused (a tagged push is safe with any number of pushers).
+//! slot the closed inbox refused (a tagged push is safe with any number of pushers). The
+//! spare stack of a shrink (below) works the same way, popped by producers and the reaper.
 //!
 //! Each slot has one state word: generation (high 32 bits), state (low 2 bits) and two
 //! flags above the state, `RESETTING` and `QUEUED`:
@@ -40,11 +41,15 @@
 //!
 //! After a spike, when the timers pending drop below an eighth of the slots ever handed
 //! out (`SHRINK_BELOW`), the reaper gives the top chunks back until what is left holds
-//! four times the pending timers (`ROOM`, and at least `KEEP_CHUNKS` chunks). It takes
-//! the whole free stack and sorts it, at most `SORT_BUDGET` slots or `SORT_TIME` a pass
-//! (and comes back every millisecond meanwhile), so that no pass stalls the timers due:
-//! slots below the limit go back on the stack, the others it holds, and so it does with
-//! every slot it frees above the limit from then on. Once it holds every slot the top
+//! four times the pending timers (`ROOM`, and at least `KEEP_CHUNKS` chunks). It moves
+//! the whole free stack to a second one, the spare stack, and sorts that, at most
+//! `SORT_BUDGET` slots or `SORT_TIME` a pass (and comes back every millisecond
+//! meanwhile), so that no pass stalls the timers due: slots below the limit go back on the
+//! free stack, the others it holds, and so it does with every slot it frees above the
+//! limit from then on. Producers that find the free stack empty pop the spare one before
+//! they claim a new slot, so a shrink never starves them into growing the slab (when the
+//! reaper kept the unsorted slots to itself, churn faster than its sorting claimed new
+//! slots, and memory grew while it was being given back). Once it holds every slot the top
 //! chunk handed out, no thread can be using one (none is pending, none is on the stack),
 //! so:
 //! - it closes claims (`CLOSED`: a claim that came first moved the frontier and fails
@@ -342,6 +347,10 @@ pub(crate) struct Slots<T> {
     /// Head of the free stack (see `free_head`); on its own cache line, as producers and
     /// the reaper both write it while every thread reads `chunks`.
     free: CachePadded<AtomicU64>,
+    /// Head of the spare stack: the free stack as it stood when a shrink began, which the
+    /// reaper sorts a share of each pass, and which producers pop when the free stack is
+    /// empty, rather than claim new slots (see "Giving memory back").
+    spare: CachePadded<AtomicU64>,
 }
 
 // SAFETY: slots are shared between threads by design: every field other threads touch is
@@ -360,30 +369,46 @@ impl<T> Slots<T> {
             floor: AtomicU32::new(0),
             unfreed: Arc::new(AtomicUsize::new(0)),
             free: CachePadded::new(AtomicU64::new(free_head(0, NIL))),
+            spare: CachePadded::new(AtomicU64::new(free_head(0, NIL))),
         }
     }
 
     /// Takes a free slot for a producer, which then owns it until it publishes it. Returns
-    /// its index and the slot, or `None` when all `MAX_SLOTS` slots are in use.
+    /// its index and the slot, or `None` when all `MAX_SLOTS` slots are in use. A slot of
+    /// the free stack, or else of the spare stack (a shrink under way), or else a new one.
     pub(crate) fn take(&self) -> Option<(u32, &Slot<T>)> {
-        // Pinned while popping: the head's `link` is read before the CAS that decides
-        // whether the slot was still free, and by then the reaper may have taken it and
-        // given its chunk back; the pin keeps that memory alive (and the CAS fails).
+        // Pinned while popping: see `pop`.
         let guard = epoch::pin();
-        // Acquire: pairs with the reaper's Release push, so the slot's `link` and the state
-        // it freed the slot with are visible.
-        let mut head = self.free.load(Ordering::Acquire);
+        let Some(index) = self
+            .pop(&self.free, &guard)
+            .or_else(|| self.pop(&self.spare, &guard))
+        else {
+            return self.claim();
+        };
+        // SAFETY: popped, so the slot is the caller's, which keeps its chunk (see `owned`).
+        Some((index, unsafe { self.owned(index) }.expect("popped")))
+    }
+
+    /// Pops a slot off `stack` (the free or the spare stack), if it holds one.
+    ///
+    /// The head's `link` is read before the CAS that decides whether the slot was still
+    /// free, and by then another thread may have popped it, and the reaper given its chunk
+    /// back: `guard` keeps that memory alive (and the CAS fails).
+    fn pop(&self, stack: &AtomicU64, guard: &Guard) -> Option<u32> {
+        // Acquire: pairs with the Release of the push (or of the reaper's move to the
+        // spare stack), so the slot's `link` and the state it was freed with are visible.
+        let mut head = stack.load(Ordering::Acquire);
         loop {
             let (tag, index) = ((head >> 32) as u32, head as u32);
             if index == NIL {
-                return self.claim();
+                return None;
             }
-            let Some(slot) = self.get(index, &guard) else {
-                // The reaper took the stack and gave this slot's chunk back since the head
-                // was read, so the head has moved on (the cleared pointer was published
-                // after the stack was taken): read it with an RMW, which sees the latest
-                // value (a load might see this one again).
-                head = match self.free.compare_exchange(
+            let Some(slot) = self.get(index, guard) else {
+                // The slot was popped and its chunk given back since the head was read, so
+                // the head has moved on (the cleared pointer was published after the slot
+                // left the stack): read it with an RMW, which sees the latest value (a load
+                // might see this one again).
+                head = match stack.compare_exchange(
                     head,
                     head,
                     Ordering::Acquire,
@@ -396,15 +421,13 @@ impl<T> Slots<T> {
             // Relaxed: if the slot was popped and pushed again meanwhile, the tag differs and
             // the CAS below fails, whatever this read returned.
             let next = slot.link.load(Ordering::Relaxed);
-            match self.free.compare_exchange_weak(
+            match stack.compare_exchange_weak(
                 head,
                 free_head(tag.wrapping_add(1), next),
                 Ordering::Acquire,
                 Ordering::Acquire,
             ) {
-                // SAFETY: popped, so the slot is the caller's, which keeps its chunk (see
-                // `owned`).
-                Ok(_) => return Some((index, unsafe { self.owned(index) }.expect("popped"))),
+                Ok(_) => return Some(index),
                 Err(current) => head = current,
             }
         }
@@ -592,7 +615,7 @@ impl<T> Slots<T> {
             }
             // Relaxed: as in `begin_shrink`.
             let frontier = self.claimed.load(Ordering::Relaxed) as u32;
-            if shrink.unsorted == NIL && frontier <= shrink.limit {
+            if self.spare_is_empty() && frontier <= shrink.limit {
                 // Done; and if the timers pending fell further meanwhile (the shrink began
                 // while cancels were still coming), the next one begins at once, or no
                 // pass might come to begin it.
@@ -611,11 +634,13 @@ impl<T> Slots<T> {
             epoch::pin().flush();
             freed.flushes -= 1;
         }
-        unfreed
-            || freed
-                .shrink
-                .as_ref()
-                .is_some_and(|shrink| shrink.unsorted != NIL)
+        unfreed || (freed.shrink.is_some() && !self.spare_is_empty())
+    }
+
+    /// Whether the spare stack is empty (no shrink under way has slots left to sort).
+    fn spare_is_empty(&self) -> bool {
+        // Relaxed: only the reaper fills it, and a pop racing this read only empties it.
+        self.spare.load(Ordering::Relaxed) as u32 == NIL
     }
 
     /// Begins a shrink if `pending` timers are far fewer than the slots handed out: takes
@@ -626,33 +651,40 @@ impl<T> Slots<T> {
         let frontier = self.claimed.load(Ordering::Relaxed) as u32;
         let limit = slab::keep_limit::<FIRST_CHUNK_BITS>(pending, ROOM, KEEP_CHUNKS);
         if frontier > limit && pending.saturating_mul(SHRINK_BELOW) < frontier {
+            // The spare stack is empty: only the reaper fills it, here, and a shrink ends
+            // only once it is empty again.
+            let first = self.take_free_stack();
+            // Release: the links, which the stack's Acquire take made visible to the
+            // reaper, to the producers that pop the spare stack. Only the reaper stores to
+            // it while it is empty; the tag moves on all the same.
+            let tag = (self.spare.load(Ordering::Relaxed) >> 32) as u32;
+            self.spare
+                .store(free_head(tag.wrapping_add(1), first), Ordering::Release);
             freed.shrink = Some(Box::new(Shrink {
                 limit,
-                unsorted: self.take_free_stack(),
                 held: [Held::EMPTY; CHUNKS],
             }));
         }
     }
 
-    /// Sorts up to `SORT_BUDGET` slots of the free stack taken for a shrink, for at most
-    /// `SORT_TIME`: those below the limit go back on `hot`, the others are held.
+    /// Sorts up to `SORT_BUDGET` slots of the spare stack, for at most `SORT_TIME`: those
+    /// below the limit go back on `hot` (for the free stack), the others are held.
     fn sort(&self, shrink: &mut Shrink, hot: &mut Chain) {
         // Loom runs every path again the same way: no clock there.
         #[cfg(not(loom))]
         let start = std::time::Instant::now();
+        let guard = epoch::pin();
+        #[cfg_attr(loom, allow(unused_variables))]
         for sorted in 0..SORT_BUDGET {
             #[cfg(not(loom))]
             if sorted % 256 == 255 && start.elapsed() >= SORT_TIME {
                 break;
             }
-            let index = shrink.unsorted;
-            if index == NIL {
+            let Some(index) = self.pop(&self.spare, &guard) else {
                 break;
-            }
-            // SAFETY: taken off the free stack by the reaper, so its own.
+            };
+            // SAFETY: popped by the reaper, so its own.
             let slot = unsafe { self.owned(index) }.expect("free slots are installed");
-            // Relaxed: the reaper's own chain since it took the stack (with Acquire).
-            shrink.unsorted = slot.link.load(Ordering::Relaxed);
             if index >= shrink.limit {
                 shrink.hold(index, slot);
             } else {
@@ -789,8 +821,6 @@ impl Held {
 struct Shrink {
     /// A chunk boundary (`u32::MAX` once given up: everything goes back on the stack).
     limit: u32,
-    /// The rest of the free stack taken when the shrink began, still to sort.
-    unsorted: u32,
     held: [Held; CHUNKS],
 }
 
@@ -1032,6 +1062,41 @@ mod tests {
         // that keeps room for four times that, and sorts a share of the free stack.
         assert!(slots.shrink(&mut freed, early));
         // The steps after see none pending: once that shrink is done, the next begins.
+        shrink_until_settled(&slots, &mut freed, 0);
+        assert_eq!(frontier(&slots), first_index(KEEP_CHUNKS));
+    }
+
+    // A shrink used to take the free stack for itself and sort it a share a pass, while
+    // producers found the stack empty and claimed new slots above the frontier: churn
+    // faster than the sorting grew memory while it was being given back.
+    #[test]
+    fn producers_take_the_slots_a_shrink_has_still_to_sort_before_new_ones() {
+        let slots: Slots<u64> = Slots::new();
+        let mut freed = Freed::new();
+        let count = if cfg!(miri) { 300 } else { 100_000 };
+        take_and_free(&slots, count, &mut freed);
+        let top = frontier(&slots);
+        // One step begins a shrink and sorts a share of the free slots (the top ones,
+        // freed last, which it holds).
+        assert!(slots.shrink(&mut freed, 0), "more to sort");
+        // Producers take half as many slots as were free: none is claimed anew.
+        let taken: Vec<(u32, u32)> = (0..count / 2)
+            .map(|_| {
+                let (index, slot) = slots.take().unwrap();
+                (index, split(slot.state.load(Ordering::Relaxed)).0)
+            })
+            .collect();
+        assert!(
+            frontier(&slots) <= top,
+            "claimed up to {} of {top} handed out while a shrink sorted the rest",
+            frontier(&slots)
+        );
+        // Given back, they let the shrink end where it would have.
+        for (index, generation) in taken {
+            // SAFETY: taken above, never published.
+            let slot = unsafe { slots.owned(index) }.unwrap();
+            slots.release(index, slot, generation, &mut freed);
+        }
         shrink_until_settled(&slots, &mut freed, 0);
         assert_eq!(frontier(&slots), first_index(KEEP_CHUNKS));
     }
