@@ -1,0 +1,373 @@
+//! A shard: its shared slots, the two inboxes producers feed it through, and its reaper.
+//!
+//! Producers take a slot, write the payload and deadline, mark it `PENDING` and push it on
+//! the inbox; cancellers and resetters change the slot's state word (see `slots`) and push
+//! it on the list of changes. The reaper is the only thread that touches the shard's
+//! `Wheel`: each pass it takes the changes, then the inbox, links the new timers into the
+//! wheel, moves the reset ones, unlinks and frees the cancelled ones, fires what is due,
+//! and parks until the wheel's next deadline.
+//!
+//! Taking the changes *before* the inbox is what lets a pass trust that every changed slot
+//! it sees has already arrived: a handle only exists once its slot was pushed on the inbox,
+//! so that push happens before any change of it, and a swap that sees the change is
+//! followed by a swap that sees the push.
+//!
+//! Before parking, the reaper publishes the tick it plans to wake at and looks at both
+//! inboxes once more; producers unpark it only for a deadline earlier than that plan
+//! (`wakeup` has the handshake and why no wake-up is lost). While the reaper works,
+//! producers make no system call at all.
+//!
+//! The reaper's passes (`reaper`) and the shutdown's wind-up (`wind_up`) have modules of
+//! their own.
+
+mod reaper;
+#[cfg(test)]
+mod tests;
+mod wind_up;
+
+use crate::bound::Bound;
+use crate::clock;
+use crate::inbox::{Closed, Inbox};
+use crate::slots::{
+    self, CANCELLED, FIRING, FLAGS, Freed, PENDING, QUEUED, RESETTING, Slot, Slots,
+};
+use crate::stats::ShardStats;
+use crate::sync::{self, AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use crate::wakeup::Wakeup;
+use crossbeam_utils::CachePadded;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+/// How long cancelled timers may wait for the reaper while cancels keep coming (see
+/// `run`): their memory comes back within about this long.
+const TIDY_INTERVAL: Duration = Duration::from_millis(10);
+
+/// How often the reaper comes back to a shrink under way: a step sorts for 0.1 ms at most
+/// (see `slots`), so the shrink takes a tenth of the reaper's time while it lasts.
+const SHRINK_INTERVAL: Duration = Duration::from_millis(1);
+
+/// Messages (arrivals, changes) a pass takes in between two looks at what is due.
+const BATCH: u64 = 4096;
+
+/// Messages waiting in an inbox at which a producer wakes a sleeping reaper, whatever its
+/// plan: the reaper takes a backlog in batches as it builds up instead of in one long
+/// pass at its next deadline, late for everything due meanwhile.
+const BACKLOG: u32 = 4096;
+
+/// Why a schedule was refused; the payload is handed back.
+#[derive(Debug)]
+pub enum Refused<T> {
+    /// `max_pending` timers are pending.
+    Full(T),
+    /// The reaper has shut down.
+    Closed(T),
+}
+
+/// One shard of a timer engine (see the module doc).
+///
+/// The fields that different threads write are each on their own cache line: the inbox
+/// heads (producers push, the reaper swaps), the wake-up plan (the reaper writes it every
+/// pass) and the pending count; otherwise every reaper pass would take the producers'
+/// lines away from them, and neighbouring shards would share lines.
+pub struct Shard<T> {
+    slots: Slots<T>,
+    inbox: CachePadded<Inbox>,
+    changes: CachePadded<Inbox>,
+    wakeup: CachePadded<Wakeup>,
+    counts: CachePadded<ProducerCounts>,
+    /// The bound on pending timers, shared with the timer's other shards; none if unbounded.
+    bound: Option<Arc<Bound>>,
+    /// The wheel's tick: deadlines are nanoseconds since the start, the wheel counts ticks.
+    tick_nanos: u64,
+    /// Whether fired timers' lateness goes into the stats.
+    record_lateness: bool,
+    /// Whether timers fire at their exact deadline (see `due`), or at the start of the
+    /// first tick at or after it.
+    exact: bool,
+    /// How long before a deadline the reaper stops sleeping and spins (0: never).
+    spin_nanos: u64,
+    stopping: AtomicBool,
+    panicked: AtomicU64,
+    /// The reaper's counts; see `stats`. (A std lock: it is not part of any protocol the
+    /// loom models check, and the reaper never holds it while user code runs.)
+    stats: Mutex<ShardStats>,
+}
+
+/// What producers count, on one cache line of their own.
+struct ProducerCounts {
+    /// Timers scheduled and neither fired nor cancelled.
+    pending: AtomicUsize,
+    /// Successful resets.
+    resets: AtomicU64,
+}
+
+impl<T> Shard<T> {
+    /// A shard holding at most `max_pending` timers, its wheel in ticks of `tick_nanos`
+    /// nanoseconds (at least 1), recording lateness if `record_lateness`, firing timers at
+    /// their exact deadlines if `exact`.
+    pub fn new(max_pending: usize, tick_nanos: u64, record_lateness: bool, exact: bool) -> Self {
+        Shard {
+            slots: Slots::new(),
+            inbox: CachePadded::new(Inbox::new()),
+            changes: CachePadded::new(Inbox::new()),
+            wakeup: CachePadded::new(Wakeup::new()),
+            counts: CachePadded::new(ProducerCounts {
+                pending: AtomicUsize::new(0),
+                resets: AtomicU64::new(0),
+            }),
+            stats: Mutex::new(ShardStats::new()),
+            bound: Bound::new(max_pending),
+            tick_nanos: tick_nanos.max(1),
+            record_lateness,
+            exact,
+            spin_nanos: 0,
+            stopping: AtomicBool::new(false),
+            panicked: AtomicU64::new(0),
+        }
+    }
+
+    /// Makes the shard count its pending timers against `bound`, which the timer's other
+    /// shards share, in place of its own.
+    pub(crate) fn with_bound(mut self, bound: Option<Arc<Bound>>) -> Self {
+        self.bound = bound;
+        self
+    }
+
+    /// Makes the reaper spin, rather than sleep, for the last `spin` before each deadline:
+    /// wake-ups on time to the microsecond, for a core kept busy while timers are near.
+    pub(crate) fn with_spin(mut self, spin: Duration) -> Self {
+        self.spin_nanos = clock::nanos(spin);
+        self
+    }
+
+    /// Counts a timer out of the pending ones (fired, cancelled, handed back, refused).
+    fn count_out(&self) {
+        // Relaxed: a count, not a synchronisation.
+        self.counts.pending.fetch_sub(1, Ordering::Relaxed);
+        if let Some(bound) = &self.bound {
+            bound.discharge();
+        }
+    }
+
+    /// Timers scheduled and neither fired nor cancelled.
+    pub fn pending(&self) -> usize {
+        self.counts.pending.load(Ordering::Relaxed)
+    }
+
+    /// Callbacks that panicked.
+    pub(crate) fn panicked(&self) -> u64 {
+        self.panicked.load(Ordering::Relaxed)
+    }
+
+    /// A copy of the shard's counts and histograms.
+    pub(crate) fn stats(&self) -> ShardStats {
+        let mut stats = self.reaper_stats().clone();
+        stats.reset = self.counts.resets.load(Ordering::Relaxed);
+        stats.pending = self.pending();
+        stats.panicked = self.panicked();
+        stats.slots = u64::from(self.slots.claimed());
+        stats
+    }
+
+    fn reaper_stats(&self) -> MutexGuard<'_, ShardStats> {
+        // A panic while recording leaves counts behind, never a broken invariant.
+        self.stats.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Schedules `payload`, due at `deadline` (nanoseconds since the start); returns its
+    /// slot and generation.
+    pub fn schedule(&self, deadline: u64, payload: T) -> Result<(u32, u32), Refused<T>> {
+        if self.bound.as_ref().is_some_and(|bound| !bound.admit()) {
+            return Err(Refused::Full(payload));
+        }
+        // Relaxed: a count, not a synchronisation.
+        self.counts.pending.fetch_add(1, Ordering::Relaxed);
+        let Some((index, slot)) = self.slots.take() else {
+            self.count_out();
+            return Err(Refused::Full(payload));
+        };
+        // Relaxed: the slot is ours; `take` synchronised with whoever freed it.
+        let (generation, _) = slots::split(slot.state.load(Ordering::Relaxed));
+        // SAFETY: the slot was just taken and is not yet published.
+        unsafe { slot.write_payload(payload) };
+        // Relaxed: both are published by the inbox push, a Release (SeqCst) CAS.
+        slot.deadline.store(deadline, Ordering::Relaxed);
+        slot.state
+            .store(slots::word(generation, PENDING), Ordering::Relaxed);
+        let waiting = self.inbox.push(index, &slot.link);
+        if let Err(Closed) = waiting {
+            // The reaper is gone: the slot was never published, so it is still ours.
+            // SAFETY: written above and not published, so initialised and read once here.
+            let payload = unsafe { slot.take_payload() };
+            let mut freed = Freed::new();
+            self.slots.release(index, slot, generation, &mut freed);
+            self.slots.recycle(&mut freed);
+            self.count_out();
+            return Err(Refused::Closed(payload));
+        }
+        self.wakeup.notify(deadline);
+        if waiting == Ok(BACKLOG) {
+            self.wakeup.notify_backlog();
+        }
+        Ok((index, generation))
+    }
+
+    /// Cancels the timer in slot `index` of generation `generation`; true if it was pending
+    /// (it will never run now), false for a fired, cancelled or unknown one.
+    pub fn cancel(&self, index: u32, generation: u32) -> bool {
+        // Pinned: a stale handle's slot may be in a chunk the reaper gives back meanwhile.
+        let guard = sync::epoch::pin();
+        let Some(slot) = self.slots.get(index, &guard) else {
+            return false;
+        };
+        // Relaxed: only a first guess for the CAS, which checks it.
+        let mut current = slot.state.load(Ordering::Relaxed);
+        loop {
+            if current & !FLAGS != slots::word(generation, PENDING) {
+                return false;
+            }
+            // A reset under way pushes the change when it is done; otherwise this does.
+            let queue = if current & RESETTING == 0 { QUEUED } else { 0 };
+            let cancelled = slots::word(generation, CANCELLED) | (current & FLAGS) | queue;
+            // AcqRel on success: Acquire sees the payload the producer published (the
+            // reaper drops it later on our behalf) and orders the push below after the
+            // reaper's read of `change_link`; Release hands the CANCELLED state to the
+            // reaper. Relaxed on failure: the value is only looked at again.
+            match slot.state.compare_exchange_weak(
+                current,
+                cancelled,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => break,
+                Err(seen) => current = seen,
+            }
+        }
+        self.count_out();
+        if current & (RESETTING | QUEUED) == 0 {
+            match self.changes.push(index, &slot.change_link) {
+                Ok(0) => self.wakeup.notify_sleeping(),
+                Ok(BACKLOG) => self.wakeup.notify_backlog(),
+                Ok(_) => {}
+                // The reaper is winding up and will never take this change: the payload
+                // is the canceller's to drop (a periodic series' payload owns the shards,
+                // so left in its slot it would keep them, and itself, alive for ever).
+                Err(Closed) => {
+                    let payload = self.take_refused(slot, generation);
+                    drop(guard);
+                    self.contain(|| drop(payload));
+                }
+            }
+        }
+        true
+    }
+
+    /// The payload of a slot cancelled after the reaper closed its list of changes, taken
+    /// by whoever's push of the change was refused. The slot is marked `FIRING` (payload
+    /// taken, slot not free) and stays so: the wind-up may still walk it in the inbox
+    /// through its `link`, so it must not go back on the free stack, and the slots' drop
+    /// must not drop its payload again.
+    fn take_refused(&self, slot: &Slot<T>, generation: u32) -> T {
+        // SAFETY: the slot is `generation|CANCELLED` and its change was refused, so no
+        // reaper pass or wind-up will take the payload (the wind-up hands back only
+        // pending slots, and frees only the changes it took when it closed the list); the
+        // caller, whose push was refused, is the only one left to take it, once. The
+        // canceller's Acquire CAS made the producer's payload visible (and a resetter's
+        // Acquire RMW the canceller's state).
+        let payload = unsafe { slot.take_payload() };
+        // Relaxed: nothing reads the payload after this; the slots' drop, which looks at
+        // the state, runs with `&mut` after the shard's last `Arc` went, which orders it.
+        slot.state
+            .store(slots::word(generation, FIRING), Ordering::Relaxed);
+        payload
+    }
+
+    /// Moves the pending timer in slot `index` of generation `generation` to `deadline`
+    /// (nanoseconds since the start); true if it was pending, false (and nothing changed)
+    /// otherwise.
+    pub fn reset(&self, index: u32, generation: u32, deadline: u64) -> bool {
+        // Pinned: as in `cancel`.
+        let guard = sync::epoch::pin();
+        let Some(slot) = self.slots.get(index, &guard) else {
+            return false;
+        };
+        let mut current = slot.state.load(Ordering::Relaxed);
+        loop {
+            if current & !FLAGS != slots::word(generation, PENDING) {
+                return false;
+            }
+            if current & RESETTING != 0 {
+                // Another reset of this timer is under way and ends after this instant:
+                // this one counts as done just before it, and its deadline as overwritten.
+                self.counts.resets.fetch_add(1, Ordering::Relaxed);
+                return true;
+            }
+            // Acquire on success: orders the deadline store below after the last
+            // resetter's (whose flag-clearing RMW was a Release), so the newest wins.
+            match slot.state.compare_exchange_weak(
+                current,
+                current | RESETTING,
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => break,
+                Err(seen) => current = seen,
+            }
+        }
+        // Relaxed: published by the Release below.
+        slot.deadline.store(deadline, Ordering::Relaxed);
+        // AcqRel: Release publishes the deadline to the reaper, whose Acquire clears
+        // QUEUED; Acquire orders a push below after the reaper's read of `change_link`.
+        // The closure always returns `Some`, so the update cannot fail.
+        let before = slot
+            .state
+            .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |word| {
+                Some((word & !RESETTING) | QUEUED)
+            })
+            .unwrap_or_else(|word| word);
+        if before & QUEUED == 0 && self.changes.push(index, &slot.change_link).is_err() {
+            // The reaper is winding up: it finds a pending slot in its wheel all the same.
+            // The slot must not stay `QUEUED`, or a cancel would count on a change that
+            // never comes; and a cancel that came during the reset left the push to us.
+            // Only this generation's flag is cleared.
+            let cleared = slot
+                .state
+                .fetch_update(Ordering::Acquire, Ordering::Relaxed, |word| {
+                    let ours = slots::split(word).0 == generation && word & QUEUED != 0;
+                    ours.then_some(word & !QUEUED)
+                });
+            if let Ok(word) = cleared
+                && slots::split(word) == (generation, CANCELLED)
+            {
+                let payload = self.take_refused(slot, generation);
+                drop(guard);
+                self.contain(|| drop(payload));
+                return false;
+            }
+        }
+        self.wakeup.notify(deadline);
+        // A cancel that came while the reset was under way won: the timer is gone.
+        let reset = slots::split(before).1 == PENDING;
+        // Relaxed: a count.
+        self.counts
+            .resets
+            .fetch_add(u64::from(reset), Ordering::Relaxed);
+        reset
+    }
+
+    /// Asks the reaper to stop; `run` then returns the unfired payloads.
+    pub(crate) fn stop(&self) {
+        // The same handshake as a producer's (see `wakeup`): the store, a SeqCst fence,
+        // then the wake, against the reaper's plan, fence, and look at `stopping` in
+        // `may_sleep`: either the reaper sees the flag or this sees it registered.
+        self.stopping.store(true, Ordering::Relaxed);
+        sync::fence(Ordering::SeqCst);
+        self.wakeup.wake();
+    }
+
+    /// Whether `stop` was called.
+    pub(crate) fn is_stopping(&self) -> bool {
+        // Relaxed: read by the thread that called `stop` (a manual timer's `advance`).
+        self.stopping.load(Ordering::Relaxed)
+    }
+}

@@ -1,0 +1,375 @@
+//! The reaper's side of a shard: each pass takes the changes, then the arrivals (see the
+//! shard's module doc for why in that order), links new timers into the wheel, moves reset
+//! ones, unlinks and frees cancelled ones, fires what is due (claiming each slot from
+//! `PENDING`, so a timer fires once or is cancelled, never both), and the loop parks until
+//! the next deadline.
+
+use super::{BATCH, SHRINK_INTERVAL, Shard, TIDY_INTERVAL};
+use crate::clock::{self, Clock};
+use crate::due::{Due, Near};
+use crate::slab::NIL;
+use crate::slots::{self, CANCELLED, FIRING, Freed, PENDING, QUEUED, RESETTING, Slot};
+use crate::sync::{self, Ordering};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::time::Duration;
+
+impl<T> Shard<T> {
+    /// The reaper: runs until `stop`, calling `handler` for every timer that comes due, and
+    /// returns the payloads of the timers still pending then.
+    pub(crate) fn run(&self, clock: &Clock, handler: &(dyn Fn(T) + Sync)) -> Vec<T> {
+        self.register_reaper();
+        let mut due = Due::new();
+        loop {
+            let now = clock.now();
+            // While cancels keep coming, the reaper wakes every `TIDY_INTERVAL` to free
+            // them in batches, and cancellers leave it be; once a pass finds none, it
+            // sleeps until its next deadline, and the next cancel wakes it.
+            let tidying = self.pass(&mut due, now, &|| clock.elapsed(), handler);
+            // Relaxed: the flag carries no data; `may_sleep` orders the last look.
+            if self.stopping.load(Ordering::Relaxed) {
+                break;
+            }
+            let next = due.wheel.next_deadline();
+            if next.is_some_and(|tick| tick <= now) {
+                continue;
+            }
+            // The start of the next due tick, or the earliest exact deadline held.
+            let next_tick = next.map(|tick| tick.saturating_mul(self.tick_nanos));
+            let wake_at = match (next_tick, due.next_near()) {
+                (Some(tick), Some(near)) => Some(tick.min(near)),
+                (tick, near) => tick.or(near),
+            };
+            if wake_at.is_some_and(|at| at <= clock.elapsed()) {
+                continue;
+            }
+            if let Some(at) =
+                wake_at.filter(|at| at.saturating_sub(clock.elapsed()) <= self.spin_nanos)
+            {
+                self.spin_until(at, clock);
+                continue;
+            }
+            if self.may_sleep(wake_at.unwrap_or(u64::MAX), tidying) {
+                // With a spin, wake that much early and spin the rest (above).
+                let until_next = wake_at.map(|at| {
+                    Duration::from_nanos(at.saturating_sub(self.spin_nanos + clock.elapsed()))
+                });
+                let interval = if due.shrinking {
+                    SHRINK_INTERVAL
+                } else {
+                    TIDY_INTERVAL
+                };
+                match (until_next, tidying) {
+                    (Some(wait), false) => sync::park_timeout(wait),
+                    (Some(wait), true) => sync::park_timeout(wait.min(interval)),
+                    (None, true) => sync::park_timeout(interval),
+                    (None, false) => sync::thread::park(),
+                }
+            }
+        }
+        self.wind_up(&mut due)
+    }
+
+    /// Spins until `at` (nanoseconds since the start), or until work arrives or the shard
+    /// stops.
+    pub(super) fn spin_until(&self, at: u64, clock: &Clock) {
+        while clock.elapsed() < at
+            && self.inbox.is_empty()
+            && self.changes.is_empty()
+            // Relaxed: a reason to stop spinning early; `run` looks again properly.
+            && !self.stopping.load(Ordering::Relaxed)
+        {
+            std::hint::spin_loop();
+        }
+    }
+
+    /// Makes the calling thread the one producers unpark. The reaper calls it once, first.
+    pub fn register_reaper(&self) {
+        self.wakeup.register_reaper();
+    }
+
+    /// One pass of the reaper: takes what the inboxes hold, links and unlinks it, and fires
+    /// every timer due at tick `now`; `elapsed` reads the time (nanoseconds since the
+    /// start) for the lateness of each. Returns whether there were changes (cancels,
+    /// resets).
+    pub fn pass(
+        &self,
+        due: &mut Due,
+        now: u64,
+        elapsed: &dyn Fn() -> u64,
+        handler: &(dyn Fn(T) + Sync),
+    ) -> bool {
+        self.wakeup.awake();
+        let mut freed = std::mem::take(&mut due.freed);
+        // What is due already fires first, and again after every batch of messages: a
+        // long backlog (the reaper fell behind) must not hold up timers already in the
+        // wheel, and the time moves on meanwhile.
+        self.fire_due(due, now, elapsed, handler, &mut freed);
+        let mut now = now;
+        let mut catch_up = |due: &mut Due, freed: &mut Freed| {
+            now = now.max(clock::tick_at(elapsed(), self.tick_nanos));
+            self.fire_due(due, now, elapsed, handler, freed);
+        };
+        // Changes first, then arrivals: see the module doc.
+        let changes = self.changes.take_all();
+        let arrivals = self.inbox.take_all();
+        let arrived = self.arrive(due, arrivals, &mut freed, &mut catch_up);
+        let (changed, cancelled) = self.apply_changes(due, changes, &mut freed, &mut catch_up);
+        catch_up(due, &mut freed);
+        self.slots.recycle(&mut freed);
+        // Both, every pass: `|` rather than `||`.
+        due.shrinking = self.slots.shrink(&mut freed, self.pending()) | due.wheel.shrink();
+        due.freed = freed;
+        let mut stats = self.reaper_stats();
+        stats.pass(arrived, changed);
+        stats.cancelled += cancelled;
+        stats.cascaded = due.wheel.cascaded();
+        changes != NIL || due.shrinking
+    }
+
+    /// Fires every timer due at tick `now`: with exact deadlines, those whose deadline has
+    /// passed by `elapsed()`, holding the others of the tick until theirs (see `due`).
+    pub(super) fn fire_due(
+        &self,
+        due: &mut Due,
+        now: u64,
+        elapsed: &dyn Fn() -> u64,
+        handler: &(dyn Fn(T) + Sync),
+        freed: &mut Freed,
+    ) {
+        // With exact deadlines, the time is read once something comes due, not per call:
+        // passes that find nothing due read no clock.
+        let mut time = None;
+        while let Some(expired) = due.wheel.poll_expired(now) {
+            let index = expired.value;
+            let slot = self.slot(index);
+            slot.set_wheel_key(None);
+            // Relaxed: only the reaper changes the generation, so this read is its own;
+            // the deadline is that of the last arrival or change the reaper took in, and
+            // it is current if the claim succeeds (a reset in between makes it fail).
+            let (generation, _) = slots::split(slot.state.load(Ordering::Relaxed));
+            let deadline = slot.deadline.load(Ordering::Relaxed);
+            let near = Near {
+                deadline,
+                index,
+                generation,
+            };
+            if self.exact && deadline > *time.get_or_insert_with(elapsed) {
+                due.hold(near);
+            } else {
+                self.fire(due, near, now, elapsed, handler, freed);
+            }
+        }
+        if due.next_near().is_some() {
+            let time = elapsed();
+            while let Some(near) = due.pop_near(time) {
+                // SAFETY: the reaper may look at any slot (see `Slots::owned`).
+                let Some(slot) = (unsafe { self.slots.owned(near.index) }) else {
+                    continue; // freed, and its chunk given back since
+                };
+                // Moved on since it was held: fired or cancelled (the claim below fails),
+                // or reset (back in the wheel, or held again under its new deadline).
+                // Relaxed: the reaper's own bookkeeping, or a deadline a reset is writing,
+                // which the claim then refuses.
+                if slot.wheel_key().is_none()
+                    && slot.deadline.load(Ordering::Relaxed) == near.deadline
+                {
+                    self.fire(due, near, now, elapsed, handler, freed);
+                }
+            }
+        }
+    }
+
+    /// Fires the timer `near` names, if it still stands as it did (see `claim`).
+    pub(super) fn fire(
+        &self,
+        due: &mut Due,
+        near: Near,
+        now: u64,
+        elapsed: &dyn Fn() -> u64,
+        handler: &(dyn Fn(T) + Sync),
+        freed: &mut Freed,
+    ) {
+        let slot = self.slot(near.index);
+        let expected = slots::word(near.generation, PENDING);
+        match self.claim(near.index, slot, expected, freed) {
+            Ok(payload) => {
+                let late = self
+                    .record_lateness
+                    .then(|| elapsed().saturating_sub(near.deadline));
+                self.reaper_stats().fired(late);
+                self.contain(|| handler(payload));
+            }
+            // A reset is on its way: keep the timer in the wheel until it lands, so that
+            // a pending timer is always in the wheel or held (shutdown finds it there).
+            Err(seen) if slots::split(seen) == (near.generation, PENDING) => {
+                self.place(due, near.index, slot, now.saturating_add(1));
+            }
+            // Cancelled: its change frees it. Or a slot that has moved on.
+            Err(_) => {}
+        }
+    }
+
+    /// The reaper's side of the park handshake: plans to sleep until `wake_at` (nanoseconds
+    /// since the start; or, if `tidying`, no longer than `TIDY_INTERVAL`), and says whether
+    /// it may (nothing arrived meanwhile).
+    pub fn may_sleep(&self, wake_at: u64, tidying: bool) -> bool {
+        self.wakeup.plan_sleep(wake_at, tidying);
+        self.inbox.is_empty() && self.changes.is_empty() && !self.stopping.load(Ordering::Relaxed)
+    }
+
+    /// Links newly arrived timers into the wheel, except those cancelled on the way, with
+    /// `between` after every `BATCH` of them; returns how many arrived.
+    pub(super) fn arrive(
+        &self,
+        due: &mut Due,
+        mut at: u32,
+        freed: &mut Freed,
+        between: &mut dyn FnMut(&mut Due, &mut Freed),
+    ) -> u64 {
+        let mut arrived = 0;
+        while at != NIL {
+            arrived += 1;
+            if arrived % BATCH == 0 {
+                between(due, freed);
+            }
+            let slot = self.slot(at);
+            let next = slot.link.load(Ordering::Relaxed);
+            // Acquire: pairs with the canceller's Release (the inbox swap already made the
+            // producer's writes visible).
+            let (_, state) = slots::split(slot.state.load(Ordering::Acquire));
+            if state == PENDING {
+                // A reset under way may be writing the deadline: either value will do, as
+                // its change moves the timer once it lands.
+                self.place_at_deadline(due, at, slot);
+            }
+            at = next;
+        }
+        arrived
+    }
+
+    /// Links slot `index` into the wheel at `deadline`, or moves it there if it is in.
+    pub(super) fn place(&self, due: &mut Due, index: u32, slot: &Slot<T>, deadline: u64) {
+        let moved = slot
+            .wheel_key()
+            .is_some_and(|key| due.wheel.reset(key, deadline).is_ok());
+        if !moved {
+            slot.set_wheel_key(Some(due.wheel.insert(deadline, index)));
+        }
+    }
+
+    /// Links slot `index` into the wheel, or moves it there, under its deadline's tick.
+    pub(super) fn place_at_deadline(&self, due: &mut Due, index: u32, slot: &Slot<T>) {
+        // Relaxed: published by the inbox push or the change that brought the slot here.
+        let deadline = slot.deadline.load(Ordering::Relaxed);
+        let tick = if self.exact {
+            deadline / self.tick_nanos // the tick it falls in; see `due`
+        } else {
+            clock::tick_of(deadline, self.tick_nanos)
+        };
+        self.place(due, index, slot, tick);
+    }
+
+    /// Applies the cancels and resets on the changes list, with `between` after every
+    /// `BATCH` of them; returns how many changes it took, and how many were cancels.
+    pub(super) fn apply_changes(
+        &self,
+        due: &mut Due,
+        mut at: u32,
+        freed: &mut Freed,
+        between: &mut dyn FnMut(&mut Due, &mut Freed),
+    ) -> (u64, u64) {
+        let (mut changed, mut cancelled) = (0, 0);
+        while at != NIL {
+            changed += 1;
+            if changed % BATCH == 0 {
+                between(due, freed);
+            }
+            let slot = self.slot(at);
+            let next = slot.change_link.load(Ordering::Relaxed);
+            // AcqRel: Acquire sees what the canceller or resetter published; Release orders
+            // the read of `change_link` above before the next push of this slot, which can
+            // start as soon as QUEUED is clear.
+            let word = slot.state.fetch_and(!QUEUED, Ordering::AcqRel);
+            debug_assert_ne!(word & QUEUED, 0);
+            // Under a reset, the resetter pushes the slot again when it is done.
+            if word & RESETTING == 0 {
+                match slots::split(word) {
+                    (generation, CANCELLED) => {
+                        self.free_cancelled(due, at, slot, generation, freed);
+                        cancelled += 1;
+                    }
+                    (_, state) => {
+                        debug_assert_eq!(state, PENDING, "queued slots do not fire");
+                        self.place_at_deadline(due, at, slot);
+                    }
+                }
+            }
+            at = next;
+        }
+        (changed, cancelled)
+    }
+
+    /// Unlinks a cancelled timer from the wheel, drops its payload, frees its slot.
+    pub(super) fn free_cancelled(
+        &self,
+        due: &mut Due,
+        index: u32,
+        slot: &Slot<T>,
+        generation: u32,
+        freed: &mut Freed,
+    ) {
+        if let Some(key) = slot.take_wheel_key() {
+            due.wheel.cancel(key);
+        }
+        // SAFETY: the slot was published and then cancelled, and no reset holds it, so its
+        // payload is initialised and only this reaper takes it, once, before freeing it.
+        let payload = unsafe { slot.take_payload() };
+        // Freed before the payload is dropped: a panicking `Drop` must find the slot
+        // already free, never leave a moved-out payload behind to be dropped again.
+        self.slots.release(index, slot, generation, freed);
+        self.contain(|| drop(payload));
+    }
+
+    /// Runs user code (a callback, or a payload's `Drop`) so that a panic in it is counted
+    /// and the reaper goes on. The panic's own payload is dropped under the guard too.
+    pub(super) fn contain(&self, user_code: impl FnOnce()) {
+        if let Err(panic) = catch_unwind(AssertUnwindSafe(user_code)) {
+            self.panicked.fetch_add(1, Ordering::Relaxed);
+            let _ = catch_unwind(AssertUnwindSafe(|| drop(panic)));
+        }
+    }
+
+    /// Wins slot `index` for the reaper if its state word is `expected` (a pending one),
+    /// takes its payload and frees it; otherwise returns the word it found.
+    pub(super) fn claim(
+        &self,
+        index: u32,
+        slot: &Slot<T>,
+        expected: u64,
+        freed: &mut Freed,
+    ) -> Result<T, u64> {
+        // Acquire on success: the payload the producer published. The race with `cancel`
+        // is decided here: exactly one of the two CASes from PENDING succeeds. Acquire on
+        // failure too: the caller looks at the state it returns.
+        let (generation, _) = slots::split(expected);
+        slot.state.compare_exchange(
+            expected,
+            slots::word(generation, FIRING),
+            Ordering::Acquire,
+            Ordering::Acquire,
+        )?;
+        self.count_out();
+        // SAFETY: the CAS made this reaper the only owner of a published payload.
+        let payload = unsafe { slot.take_payload() };
+        // Freed before the callback runs: a slow callback holds no slot.
+        self.slots.release(index, slot, generation, freed);
+        Ok(payload)
+    }
+
+    /// A slot in the inboxes or the wheel, or a held timer's once `fire_due` has found it
+    /// still there; the reaper's only.
+    pub(super) fn slot(&self, index: u32) -> &Slot<T> {
+        // SAFETY: the reaper may look at any slot (see `Slots::owned`).
+        unsafe { self.slots.owned(index) }.expect("the inboxes and the wheel hold live slots")
+    }
+}

@@ -1,0 +1,83 @@
+//! Shutdown's last step on a shard: after the reaper's last pass it closes both inboxes
+//! (producers whose push is refused take their timer back; cancellers and resetters whose
+//! change is refused drop a cancelled payload themselves) and hands back every timer still
+//! pending, held ones by the generation they were held at.
+
+use super::Shard;
+use crate::due::Due;
+use crate::slots::{self, Freed, PENDING, RESETTING};
+use crate::sync::{self, Ordering};
+
+impl<T> Shard<T> {
+    /// At shutdown, after the last pass: refuses new timers and changes, and hands back
+    /// every pending payload.
+    pub fn wind_up(&self, due: &mut Due) -> Vec<T> {
+        let changes = self.changes.close();
+        let arrivals = self.inbox.close();
+        let mut freed = std::mem::take(&mut due.freed);
+        let arrived = self.arrive(due, arrivals, &mut freed, &mut |_, _| {});
+        let (_, cancelled) = self.apply_changes(due, changes, &mut freed, &mut |_, _| {});
+        {
+            // Counted as a pass would, so that the counts add up after shutdown too.
+            let mut stats = self.reaper_stats();
+            stats.scheduled += arrived;
+            stats.cancelled += cancelled;
+        }
+        // A held timer names its generation: its slot may have moved on since (cancelled,
+        // freed and taken again by a producer that is still to find the inbox closed, so
+        // its new timer is not the reaper's to take). A slot in the wheel is current: the
+        // reaper unlinks every slot it frees.
+        let held: Vec<(u32, Option<u32>)> = due
+            .drain_near()
+            .map(|near| (near.index, Some(near.generation)))
+            .collect();
+        let in_wheel = due
+            .wheel
+            .drain_expired(u64::MAX)
+            .map(|expired| (expired.value, None));
+        let slots: Vec<(u32, Option<u32>)> = held.into_iter().chain(in_wheel).collect();
+        // A timer held and also back in the wheel (reset) is handed back once: the first
+        // claim takes it.
+        let unfired = slots
+            .into_iter()
+            .filter_map(|(index, generation)| self.hand_back(index, generation, &mut freed))
+            .collect();
+        self.slots.recycle(&mut freed);
+        unfired
+    }
+
+    /// At shutdown: takes the payload of slot `index` if it is pending, in `generation`
+    /// if one is given.
+    pub(super) fn hand_back(
+        &self,
+        index: u32,
+        generation: Option<u32>,
+        freed: &mut Freed,
+    ) -> Option<T> {
+        // SAFETY: the reaper may look at any slot (see `Slots::owned`). A held timer's
+        // slot may be gone: freed since, and its chunk given back.
+        let slot = unsafe { self.slots.owned(index) }?;
+        // A reset that comes now still finds its slot pending, and a cancel still wins;
+        // neither can queue a change any more, so take the slot as it stands.
+        let mut seen = slot.state.load(Ordering::Acquire);
+        loop {
+            let (current, state) = slots::split(seen);
+            if generation.is_some_and(|generation| generation != current) {
+                return None;
+            }
+            if seen & RESETTING != 0 {
+                // The resetter is between two instructions; it never waits on us.
+                sync::thread::yield_now();
+                seen = slot.state.load(Ordering::Acquire);
+                continue;
+            }
+            if state != PENDING {
+                return None;
+            }
+            match self.claim(index, slot, seen, freed) {
+                Ok(payload) => return Some(payload),
+                Err(now_seen) => seen = now_seen,
+            }
+        }
+    }
+}

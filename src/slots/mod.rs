@@ -1,0 +1,520 @@
+//! A shard's shared slab: timer slots that any thread may take and look up, and that only
+//! the shard's reaper gives back.
+//!
+//! Slots live in chunks that never move (chunk `c` holds `64 << c` slots), installed with a
+//! compare-and-swap by whichever thread first needs them, so a slot's address is stable and
+//! other threads can reach its state word at any time. Free slots form a Treiber stack whose
+//! head carries a tag that changes on every pop and push, so a producer whose pop raced with
+//! another pop and a push of the same slot fails its CAS instead of corrupting the stack
+//! (the ABA problem). Producers pop; the reaper pushes, and so does a producer giving back a
+//! slot the closed inbox refused (a tagged push is safe with any number of pushers). The
+//! spare stack of a shrink (below) works the same way, popped by producers and the reaper.
+//!
+//! Each slot has one state word: generation (high 32 bits), state (low 2 bits) and two
+//! flags above the state, `RESETTING` and `QUEUED`:
+//!
+//! ```text
+//!   g|FREE --producer--> g|PENDING --reaper--> g|FIRING    --reaper--> (g+1)|FREE
+//!                                 \--cancel--> g|CANCELLED --reaper--> (g+1)|FREE
+//! ```
+//!
+//! The ground rules:
+//! - A producer that took a free slot owns its payload and deadline until it publishes the
+//!   slot: it marks it `g|PENDING` and pushes it on the inbox, whose Release CAS is the
+//!   publication; the slot's handle names generation `g`.
+//! - `cancel` and the reaper's firing both start from `g|PENDING` with a CAS, so exactly one
+//!   of them wins: a timer either runs once or is cancelled, never both. A handle of another
+//!   generation, or a slot in any other state, fails the CAS and changes nothing.
+//! - `reset` sets `RESETTING` on a `g|PENDING` slot, which gives it the deadline field;
+//!   then it clears the flag and sets `QUEUED`. The reaper fires only a slot with neither
+//!   flag, and frees none with `RESETTING`, so a reset never writes a deadline into a slot
+//!   that has moved on to another timer. A cancel during a reset still wins at once (it
+//!   marks the slot `CANCELLED` and leaves the flag for the resetter to clear).
+//! - `QUEUED` says the slot is on the shard's list of changes (cancels and resets), so it
+//!   is pushed there at most once at a time; the reaper clears it as it takes the change.
+//! - Only the reaper moves a published slot to `(g+1)|FREE`, after it has taken the
+//!   payload and unlinked the slot from its wheel (a producer may free a slot it never
+//!   published); a slot whose generation would wrap is retired
+//!   instead of reused, so no handle ever names a later timer.
+//!
+//! Chunks (`chunk`) and the memory a shard gives back after a spike (`shrink`) have
+//! modules of their own.
+
+mod chunk;
+mod shrink;
+#[cfg(test)]
+mod tests;
+
+use crate::handle::Key;
+use crate::slab::NIL;
+use crate::sync::epoch::{self, Guard};
+use crate::sync::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering, UnsafeCell};
+use chunk::{CHUNKS, chunk_len, chunk_slots, dealloc_chunk, first_index, locate, new_chunk};
+use crossbeam_utils::CachePadded;
+use shrink::Shrink;
+use std::mem::MaybeUninit;
+use std::ptr;
+use std::sync::Arc;
+
+/// Slot states, in the low bits of the state word.
+pub(crate) const FREE: u64 = 0;
+pub(crate) const PENDING: u64 = 1;
+pub(crate) const FIRING: u64 = 2;
+pub(crate) const CANCELLED: u64 = 3;
+const STATE_MASK: u64 = 3;
+/// Flag: a `reset` owns the slot's deadline field (see the module doc).
+pub(crate) const RESETTING: u64 = 4;
+/// Flag: the slot is on the shard's list of changes.
+pub(crate) const QUEUED: u64 = 8;
+/// Both flags.
+pub(crate) const FLAGS: u64 = RESETTING | QUEUED;
+
+/// Set in `Slots::claimed` while the reaper gives the top chunk back.
+const CLOSED: u64 = 1 << 32;
+/// Slots a shard can hold; handles keep slot numbers in 31 bits.
+pub(crate) const MAX_SLOTS: u32 = 1 << 31;
+
+/// The state word of generation `generation` in state `state`.
+pub(crate) const fn word(generation: u32, state: u64) -> u64 {
+    ((generation as u64) << 32) | state
+}
+
+/// The generation and state of a state word (its flags left out).
+pub(crate) const fn split(word: u64) -> (u32, u64) {
+    ((word >> 32) as u32, word & STATE_MASK)
+}
+
+/// One timer slot, shared between the producers, cancellers and the reaper.
+pub(crate) struct Slot<T> {
+    pub(crate) state: AtomicU64,
+    /// The tick it is due at; written by the producer before it publishes the slot, and
+    /// after that only by a `reset` holding the `RESETTING` flag.
+    pub(crate) deadline: AtomicU64,
+    /// Next slot in the free stack or in the shard's inbox (a slot is never in both).
+    pub(crate) link: AtomicU32,
+    /// Next slot in the shard's list of changes (cancels and resets).
+    pub(crate) change_link: AtomicU32,
+    /// The slot's key in the reaper's wheel plus one, 0 when it is not in the wheel (so an
+    /// all-zero slot is a valid fresh one). Only the reaper touches it; an atomic rather
+    /// than a cell because it costs nothing and needs no `unsafe`.
+    wheel_key: AtomicU64,
+    /// Initialised from the producer's write until the reaper takes it out.
+    payload: UnsafeCell<MaybeUninit<T>>,
+    /// Set when the slot's chunk is freed (loom keeps the memory; see `free_chunk`).
+    #[cfg(loom)]
+    freed: UnsafeCell<bool>,
+}
+
+impl<T> Slot<T> {
+    /// A fresh slot: every field zero, as in a chunk from `new_chunk` outside loom. The
+    /// links are written before they are read (by the pushes that chain the slot).
+    #[cfg(loom)]
+    fn new() -> Self {
+        Slot {
+            state: AtomicU64::new(word(0, FREE)),
+            deadline: AtomicU64::new(0),
+            link: AtomicU32::new(0),
+            change_link: AtomicU32::new(0),
+            wheel_key: AtomicU64::new(0),
+            payload: UnsafeCell::new(MaybeUninit::uninit()),
+            freed: UnsafeCell::new(false),
+        }
+    }
+
+    /// Under loom, fails the model if the slot's chunk was freed: a read of the flag that
+    /// races with `free_chunk`'s write is reported by loom, one ordered after it fails here.
+    fn check_live(&self) {
+        #[cfg(loom)]
+        // SAFETY: loom checks this read against `free_chunk`'s write.
+        self.freed
+            .with(|freed| assert!(!unsafe { *freed }, "touched a slot of a freed chunk"));
+    }
+
+    /// The slot's key in the reaper's wheel, if it is in it. Reaper only.
+    pub(crate) fn wheel_key(&self) -> Option<Key> {
+        // Relaxed: the key is the reaper's own bookkeeping.
+        decode_key(self.wheel_key.load(Ordering::Relaxed))
+    }
+
+    /// Records the slot's key in the reaper's wheel. Reaper only.
+    pub(crate) fn set_wheel_key(&self, key: Option<Key>) {
+        // The wheel's keys never have all bits set (its slab indices stay below 2^31), so
+        // the `+ 1` cannot wrap.
+        let bits = key.map_or(0, |key| key.to_bits() + 1);
+        // Relaxed: as in `wheel_key`.
+        self.wheel_key.store(bits, Ordering::Relaxed);
+    }
+
+    /// Takes the slot's key in the reaper's wheel out, leaving none. Reaper only.
+    pub(crate) fn take_wheel_key(&self) -> Option<Key> {
+        // Relaxed: as in `wheel_key`.
+        decode_key(self.wheel_key.swap(0, Ordering::Relaxed))
+    }
+
+    /// Stores the payload of a slot the caller has just taken from `Slots::take`.
+    ///
+    /// # Safety
+    ///
+    /// The caller owns the slot: it took it from `Slots::take` and has not published it.
+    pub(crate) unsafe fn write_payload(&self, payload: T) {
+        // SAFETY: the caller owns the slot, so nobody else reads or writes the payload.
+        self.payload
+            .with_mut(|cell| unsafe { (*cell).write(payload) });
+    }
+
+    /// Moves the payload out.
+    ///
+    /// # Safety
+    ///
+    /// The caller owns the payload (the reaper, having won the slot's state word, or the
+    /// producer of a slot it never published), the payload is initialised, and it is read
+    /// out once: the caller frees the slot afterwards.
+    pub(crate) unsafe fn take_payload(&self) -> T {
+        // SAFETY: by the contract above the payload is initialised and no other thread
+        // touches it while the slot is published (producers only write before publishing).
+        self.payload
+            .with_mut(|cell| unsafe { (*cell).assume_init_read() })
+    }
+}
+
+/// A wheel key as `Slot::wheel_key` stores it: plus one, 0 for none.
+fn decode_key(bits: u64) -> Option<Key> {
+    bits.checked_sub(1).map(Key::from_bits)
+}
+
+/// The free stack's head: a tag in the high half, a slot index (or `NIL`) in the low half.
+fn free_head(tag: u32, index: u32) -> u64 {
+    (u64::from(tag) << 32) | u64::from(index)
+}
+
+/// The shared slots of one shard.
+pub(crate) struct Slots<T> {
+    /// Chunk `c`, or null until some thread installs it; then fixed until the reaper gives
+    /// it back (and a later claim installs a fresh one).
+    chunks: [AtomicPtr<Slot<T>>; CHUNKS],
+    /// The claim frontier: slots below it were handed out at least once, and every one is
+    /// in an installed chunk or in one being installed by the thread that claimed it. Only
+    /// the reaper lowers it, as it gives the top chunk back (with `CLOSED` set meanwhile).
+    claimed: AtomicU64,
+    /// The generation a newly claimed slot starts at: above every generation any handle
+    /// names in a chunk given back, so a fresh chunk in its place can never match one.
+    floor: AtomicU32,
+    /// Chunks given back whose memory is not freed yet (the epoch has not moved on).
+    unfreed: Arc<AtomicUsize>,
+    /// Head of the free stack (see `free_head`); on its own cache line, as producers and
+    /// the reaper both write it while every thread reads `chunks`.
+    free: CachePadded<AtomicU64>,
+    /// Head of the spare stack: the free stack as it stood when a shrink began, which the
+    /// reaper sorts a share of each pass, and which producers pop when the free stack is
+    /// empty, rather than claim new slots (see "Giving memory back").
+    spare: CachePadded<AtomicU64>,
+}
+
+// SAFETY: slots are shared between threads by design: every field other threads touch is
+// atomic, and the payload cell is handed from producer to reaper under the state word's
+// Release/Acquire protocol (see the module doc), which moves a `T` across threads: `T:
+// Send` is what that needs. No `&T` is ever shared, so `T: Sync` is not required.
+unsafe impl<T: Send> Sync for Slots<T> {}
+// SAFETY: as above; owning the slots owns the payloads, which may move with it.
+unsafe impl<T: Send> Send for Slots<T> {}
+
+impl<T> Slots<T> {
+    pub(crate) fn new() -> Self {
+        Slots {
+            chunks: std::array::from_fn(|_| AtomicPtr::new(ptr::null_mut())),
+            claimed: AtomicU64::new(0),
+            floor: AtomicU32::new(0),
+            unfreed: Arc::new(AtomicUsize::new(0)),
+            free: CachePadded::new(AtomicU64::new(free_head(0, NIL))),
+            spare: CachePadded::new(AtomicU64::new(free_head(0, NIL))),
+        }
+    }
+
+    /// Takes a free slot for a producer, which then owns it until it publishes it. Returns
+    /// its index and the slot, or `None` when all `MAX_SLOTS` slots are in use. A slot of
+    /// the free stack, or else of the spare stack (a shrink under way), or else a new one.
+    pub(crate) fn take(&self) -> Option<(u32, &Slot<T>)> {
+        // Pinned while popping: see `pop`.
+        let guard = epoch::pin();
+        let Some(index) = self
+            .pop(&self.free, &guard)
+            .or_else(|| self.pop(&self.spare, &guard))
+        else {
+            return self.claim();
+        };
+        // SAFETY: popped, so the slot is the caller's, which keeps its chunk (see `owned`).
+        Some((index, unsafe { self.owned(index) }.expect("popped")))
+    }
+
+    /// Pops a slot off `stack` (the free or the spare stack), if it holds one.
+    ///
+    /// The head's `link` is read before the CAS that decides whether the slot was still
+    /// free, and by then another thread may have popped it, and the reaper given its chunk
+    /// back: `guard` keeps that memory alive (and the CAS fails).
+    fn pop(&self, stack: &AtomicU64, guard: &Guard) -> Option<u32> {
+        // Acquire: pairs with the Release of the push (or of the reaper's move to the
+        // spare stack), so the slot's `link` and the state it was freed with are visible.
+        let mut head = stack.load(Ordering::Acquire);
+        loop {
+            let (tag, index) = ((head >> 32) as u32, head as u32);
+            if index == NIL {
+                return None;
+            }
+            let Some(slot) = self.get(index, guard) else {
+                // The slot was popped and its chunk given back since the head was read, so
+                // the head has moved on (the cleared pointer was published after the slot
+                // left the stack): read it with an RMW, which sees the latest value (a load
+                // might see this one again).
+                head = match stack.compare_exchange(
+                    head,
+                    head,
+                    Ordering::Acquire,
+                    Ordering::Acquire,
+                ) {
+                    Ok(current) | Err(current) => current,
+                };
+                continue;
+            };
+            // Relaxed: if the slot was popped and pushed again meanwhile, the tag differs and
+            // the CAS below fails, whatever this read returned.
+            let next = slot.link.load(Ordering::Relaxed);
+            match stack.compare_exchange_weak(
+                head,
+                free_head(tag.wrapping_add(1), next),
+                Ordering::Acquire,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return Some(index),
+                Err(current) => head = current,
+            }
+        }
+    }
+
+    /// A never-used slot (or one of a chunk given back), installing its chunk if this is
+    /// the first claim in it.
+    fn claim(&self) -> Option<(u32, &Slot<T>)> {
+        // Acquire: pairs with the reaper's Release store that reopens claims, so a claim
+        // after a give-back sees the chunk's pointer cleared and the raised floor.
+        let index = loop {
+            match self
+                .claimed
+                .fetch_update(Ordering::Acquire, Ordering::Relaxed, |n| {
+                    (n < u64::from(MAX_SLOTS)).then_some(n + 1)
+                }) {
+                Ok(n) => break n as u32,
+                // The reaper is between two stores (`give_back_top`): claims wait for it.
+                Err(n) if n & CLOSED != 0 => crate::sync::thread::yield_now(),
+                Err(_) => return None,
+            }
+        };
+        let (chunk, offset) = locate(index);
+        let mut base = self.chunks[chunk].load(Ordering::Acquire);
+        if base.is_null() {
+            let fresh = new_chunk::<T>(chunk_len(chunk));
+            // AcqRel: Release publishes the initialised chunk to every thread that loads the
+            // pointer with Acquire; Acquire on failure sees the winner's chunk.
+            base = match self.chunks[chunk].compare_exchange(
+                ptr::null_mut(),
+                fresh,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => fresh,
+                Err(installed) => {
+                    // SAFETY: `fresh` came from `new_chunk` with this length just above and
+                    // lost the race, so nothing else has seen it.
+                    unsafe { dealloc_chunk(fresh, chunk) };
+                    installed
+                }
+            };
+        }
+        // SAFETY: `base` is an installed chunk of `chunk_len(chunk)` slots and `offset` is
+        // below that; the chunk stays while this slot is not free (see `owned`).
+        let slot = unsafe { &*base.add(offset) };
+        slot.check_live();
+        // Relaxed: the slot is ours; a stale handle's CAS on it fails whichever word it
+        // sees (0 in a fresh chunk, or a generation above the one it names).
+        slot.state.store(
+            word(self.floor.load(Ordering::Relaxed), FREE),
+            Ordering::Relaxed,
+        );
+        Some((index, slot))
+    }
+
+    /// The address of slot `index`, if its chunk is installed. Any `u32` may be asked for.
+    fn address(&self, index: u32) -> Option<*const Slot<T>> {
+        if index >= MAX_SLOTS {
+            return None;
+        }
+        let (chunk, offset) = locate(index);
+        // Acquire: pairs with the installing CAS, so the slots are seen initialised.
+        let base = self.chunks[chunk].load(Ordering::Acquire);
+        // In bounds: a non-null chunk pointer is an installed chunk of `chunk_len(chunk)`
+        // slots, and `offset` is below that.
+        (!base.is_null()).then(|| base.wrapping_add(offset).cast_const())
+    }
+
+    /// The slot at `index`, if its chunk is installed, for as long as `guard` pins the
+    /// thread: any thread, with any index (a stale handle's, say).
+    pub(crate) fn get<'g>(&'g self, index: u32, _guard: &'g Guard) -> Option<&'g Slot<T>> {
+        // SAFETY: the chunk was installed when its pointer was read, and the reaper frees
+        // a chunk it gives back only once every thread pinned before it cleared the
+        // pointer has unpinned: `guard` keeps the memory for the borrow.
+        let slot = unsafe { &*self.address(index)? };
+        slot.check_live();
+        Some(slot)
+    }
+
+    /// The slot at `index`, if its chunk is installed, without a pin.
+    ///
+    /// # Safety
+    ///
+    /// The slot is not free, or it is the reaper's (it freed it and holds it back), for as
+    /// long as the reference is used: a chunk is given back only when every slot it has
+    /// handed out is free and held by the reaper, so the caller's slot keeps it. The
+    /// reaper may ask for any index: it is the only thread that gives chunks back, so a
+    /// pointer it reads is current.
+    pub(crate) unsafe fn owned(&self, index: u32) -> Option<&Slot<T>> {
+        // SAFETY: by the contract above the chunk outlives the borrow.
+        let slot = unsafe { &*self.address(index)? };
+        slot.check_live();
+        Some(slot)
+    }
+
+    /// Gives a slot back after its payload was taken: bumps its generation and chains it
+    /// on `freed` (or holds it back, while the reaper gives its chunk back), or retires it
+    /// when the generation would wrap. Called by the owner of the slot: the reaper, or a
+    /// producer whose push was refused. The slot is free from here on (no handle reaches
+    /// its payload), and reusable once `freed` is recycled.
+    pub(crate) fn release(&self, index: u32, slot: &Slot<T>, generation: u32, freed: &mut Freed) {
+        let next_generation = generation.wrapping_add(1);
+        // Release: a producer that later sees the slot FREE (through the free stack's
+        // Acquire) also sees everything the reaper did with the payload.
+        slot.state
+            .store(word(next_generation, FREE), Ordering::Release);
+        if next_generation == 0 {
+            return;
+        }
+        match &mut freed.shrink {
+            Some(shrink) if index >= shrink.limit => shrink.hold(index, slot),
+            _ => freed.chain.push(index, slot),
+        }
+    }
+
+    /// Pushes the slots chained on `freed` on the free stack, with one CAS for them all:
+    /// the reaper frees many slots a pass, and producers pop from the same head.
+    pub(crate) fn recycle(&self, freed: &mut Freed) {
+        self.push_chain(std::mem::take(&mut freed.chain));
+    }
+
+    fn push_chain(&self, chain: Chain) {
+        if chain.first == NIL {
+            return;
+        }
+        // SAFETY: the chain's slots are free and the caller's.
+        let last = unsafe { self.owned(chain.last) }.expect("chained slots are installed");
+        let mut head = self.free.load(Ordering::Relaxed);
+        loop {
+            let (tag, top) = ((head >> 32) as u32, head as u32);
+            last.link.store(top, Ordering::Relaxed);
+            // Release: publishes the chain's links and FREE states to the producers that
+            // pop them.
+            match self.free.compare_exchange_weak(
+                head,
+                free_head(tag.wrapping_add(1), chain.first),
+                Ordering::Release,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => break,
+                Err(current) => head = current,
+            }
+        }
+    }
+
+    /// Slots handed out and not given back: the shard's capacity in use, pending or free.
+    pub(crate) fn claimed(&self) -> u32 {
+        // Relaxed: a figure for the stats.
+        self.claimed.load(Ordering::Relaxed) as u32
+    }
+}
+
+/// A chain of free slots through their `link`, which its owner can push in one CAS.
+#[derive(Debug, Clone, Copy)]
+struct Chain {
+    first: u32,
+    last: u32,
+}
+
+impl Chain {
+    const EMPTY: Chain = Chain {
+        first: NIL,
+        last: NIL,
+    };
+
+    fn push<T>(&mut self, index: u32, slot: &Slot<T>) {
+        // Relaxed: published by the push on the free stack, a Release CAS.
+        slot.link.store(self.first, Ordering::Relaxed);
+        if self.first == NIL {
+            self.last = index;
+        }
+        self.first = index;
+    }
+}
+
+impl Default for Chain {
+    fn default() -> Self {
+        Chain::EMPTY
+    }
+}
+
+/// Slots freed but not yet back on the free stack, chained through their `link`; and, for
+/// the reaper, a shrink under way.
+#[derive(Debug, Default)]
+pub(crate) struct Freed {
+    chain: Chain,
+    shrink: Option<Box<Shrink>>,
+    /// Passes left that move the epoch on for the chunks given back (see `shrink`).
+    flushes: u32,
+}
+
+impl Freed {
+    pub(crate) const fn new() -> Self {
+        Freed {
+            chain: Chain::EMPTY,
+            shrink: None,
+            flushes: 0,
+        }
+    }
+}
+
+impl<T> Drop for Slots<T> {
+    fn drop(&mut self) {
+        // Slots at or above `claimed` were never handed out, so hold no payload; not
+        // visiting them leaves the untouched pages of a huge chunk untouched.
+        let claimed = self.claimed.load(Ordering::Relaxed) as u32;
+        for (chunk, pointer) in self.chunks.iter().enumerate() {
+            // Acquire: `&mut self` already excludes other threads; this only makes the
+            // chunk's contents visible as any reader's load would.
+            let base = pointer.load(Ordering::Acquire);
+            if base.is_null() {
+                continue;
+            }
+            // SAFETY: installed chunks come from `new_chunk` with this length, and `&mut
+            // self` means no other thread holds a reference into them.
+            let slots = unsafe { chunk_slots(base, chunk) };
+            let first = first_index(chunk) as usize;
+            let used = (claimed as usize).saturating_sub(first).min(slots.len());
+            for slot in &slots[..used] {
+                let (_, state) = split(slot.state.load(Ordering::Relaxed));
+                if state == PENDING || state == CANCELLED {
+                    // SAFETY: published and not yet taken by the reaper (which takes the
+                    // payload only when it fires or frees the slot), so initialised; the
+                    // slots are going away, so it is read once.
+                    drop(unsafe { slot.take_payload() });
+                }
+            }
+            // SAFETY: as above; the payloads are out, and nothing uses the chunk again.
+            unsafe { dealloc_chunk(base, chunk) };
+        }
+    }
+}

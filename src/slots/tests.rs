@@ -1,0 +1,365 @@
+//! The slots' unit tests: taking and freeing, giving memory back, races with lookups.
+
+use super::chunk::{CHUNKS, chunk_len, first_index, locate};
+use super::shrink::{KEEP_CHUNKS, SORT_BUDGET};
+use super::*;
+use std::sync::Arc;
+
+#[test]
+fn state_words_round_trip() {
+    for generation in [0, 1, u32::MAX] {
+        for state in [FREE, PENDING, FIRING, CANCELLED] {
+            assert_eq!(split(word(generation, state)), (generation, state));
+        }
+    }
+}
+
+#[test]
+fn released_slots_are_reused_with_the_next_generation() {
+    let slots: Slots<u8> = Slots::new();
+    let (a, slot) = slots.take().unwrap();
+    // SAFETY: just taken, unpublished.
+    unsafe { slot.write_payload(7) };
+    slot.state.store(word(0, PENDING), Ordering::Release);
+    // SAFETY: published, taken once, then released.
+    assert_eq!(unsafe { slot.take_payload() }, 7);
+    let mut freed = Freed::new();
+    slots.release(a, slot, 0, &mut freed);
+    assert_ne!(
+        slots.take().unwrap().0,
+        a,
+        "not reusable before it is recycled"
+    );
+    slots.recycle(&mut freed);
+    let (b, again) = slots.take().unwrap();
+    assert_eq!(b, a);
+    assert_eq!(split(again.state.load(Ordering::Relaxed)), (1, FREE));
+    let guard = epoch::pin();
+    assert!(slots.get(MAX_SLOTS, &guard).is_none());
+    assert!(slots.get(5_000, &guard).is_none(), "chunk never installed");
+}
+
+/// Plays producer and reaper: takes `count` slots, publishes each (generation as it
+/// came), then frees them all as the reaper would; returns their indices and
+/// generations.
+fn take_and_free(slots: &Slots<u64>, count: usize, freed: &mut Freed) -> Vec<(u32, u32)> {
+    let taken: Vec<(u32, u32)> = (0..count)
+        .map(|_| {
+            let (index, slot) = slots.take().unwrap();
+            let (generation, _) = split(slot.state.load(Ordering::Relaxed));
+            // SAFETY: just taken, unpublished.
+            unsafe { slot.write_payload(u64::from(index)) };
+            slot.state
+                .store(word(generation, PENDING), Ordering::Release);
+            (index, generation)
+        })
+        .collect();
+    for &(index, generation) in &taken {
+        // SAFETY: published above; the test is its reaper.
+        let slot = unsafe { slots.owned(index) }.unwrap();
+        // SAFETY: published, taken once here, then released.
+        assert_eq!(unsafe { slot.take_payload() }, u64::from(index));
+        slots.release(index, slot, generation, freed);
+    }
+    slots.recycle(freed);
+    taken
+}
+
+/// Runs the reaper's shrink step until it has nothing left to do soon (the deferred
+/// frees need the epoch to move on, which other tests' threads may hold up a while).
+fn shrink_until_settled(slots: &Slots<u64>, freed: &mut Freed, pending: usize) {
+    for _ in 0..100_000 {
+        if !slots.shrink(freed, pending) {
+            return;
+        }
+        std::thread::yield_now();
+    }
+    panic!("the shrink never settled");
+}
+
+fn frontier(slots: &Slots<u64>) -> u32 {
+    slots.claimed.load(Ordering::Relaxed) as u32
+}
+
+#[test]
+fn chunks_all_free_are_given_back_and_stale_handles_find_nothing() {
+    let slots: Slots<u64> = Slots::new();
+    let mut freed = Freed::new();
+    let count = if cfg!(miri) { 300 } else { 20_000 };
+    let taken = take_and_free(&slots, count, &mut freed);
+    assert_eq!(frontier(&slots), count as u32);
+    shrink_until_settled(&slots, &mut freed, 0);
+    let keep = first_index(KEEP_CHUNKS);
+    assert_eq!(
+        frontier(&slots),
+        keep,
+        "claims start again where the kept chunks end"
+    );
+    assert_eq!(slots.unfreed(), 0, "every chunk given back is freed");
+    let guard = epoch::pin();
+    for chunk in 0..CHUNKS {
+        let installed = !slots.chunks[chunk].load(Ordering::Relaxed).is_null();
+        assert_eq!(installed, chunk < KEEP_CHUNKS, "chunk {chunk}");
+    }
+    let (above, generation) = *taken.last().unwrap();
+    assert!(above >= keep);
+    assert!(
+        slots.get(above, &guard).is_none(),
+        "a stale handle finds no slot"
+    );
+    drop(guard);
+    // The kept slots are all back on the free stack: taking them claims nothing new.
+    let again: Vec<u32> = (0..keep).map(|_| slots.take().unwrap().0).collect();
+    assert!(again.iter().all(|&index| index < keep));
+    assert_eq!(frontier(&slots), keep);
+    // The next claim is in a fresh chunk, at a generation no old handle names.
+    let (index, slot) = slots.take().unwrap();
+    assert_eq!(index, keep);
+    let (fresh_generation, state) = split(slot.state.load(Ordering::Relaxed));
+    assert_eq!(state, FREE);
+    assert!(
+        fresh_generation > generation,
+        "{fresh_generation} > {generation}"
+    );
+    assert!(
+        taken
+            .iter()
+            .all(|&(i, g)| i != index || g < fresh_generation)
+    );
+}
+
+#[test]
+fn a_slot_in_use_keeps_its_chunk_until_it_is_freed() {
+    let slots: Slots<u64> = Slots::new();
+    let mut freed = Freed::new();
+    let count = if cfg!(miri) { 200 } else { 10_000 };
+    take_and_free(&slots, count, &mut freed);
+    // Taken again in the order the free stack gives them: the last is in the top chunk.
+    let mut held_back = None;
+    for _ in 0..count {
+        let (index, slot) = slots.take().unwrap();
+        if locate(index).0 == locate(count as u32 - 1).0 {
+            held_back = Some((index, slot));
+            break;
+        }
+    }
+    let (index, slot) = held_back.expect("the top chunk's slots are on the stack");
+    let generation = split(slot.state.load(Ordering::Relaxed)).0;
+    // Slots taken above and not kept go back, as if they had fired.
+    shrink_until_settled(&slots, &mut freed, 1);
+    assert_eq!(
+        frontier(&slots),
+        count as u32,
+        "the chunk of a slot in use is not given back"
+    );
+    // SAFETY: taken above, never published.
+    unsafe { slot.write_payload(1) };
+    slots.release(index, slot, generation, &mut freed);
+    shrink_until_settled(&slots, &mut freed, 0);
+    assert!(
+        frontier(&slots) < count as u32,
+        "given back once it is free"
+    );
+}
+
+// A shrink that began while cancels were still coming stopped at its limit, and the
+// reaper slept: the rest stayed until the next pass, which might never come.
+#[test]
+fn a_shrink_that_ends_high_is_followed_by_the_next_in_the_same_step() {
+    let slots: Slots<u64> = Slots::new();
+    let mut freed = Freed::new();
+    let count = if cfg!(miri) { 1_000 } else { 100_000 };
+    take_and_free(&slots, count, &mut freed);
+    let early = count / 20;
+    // The first step sees a twentieth of the timers still pending: it begins a shrink
+    // that keeps room for four times that, and sorts a share of the free stack.
+    assert!(slots.shrink(&mut freed, early));
+    // The steps after see none pending: once that shrink is done, the next begins.
+    shrink_until_settled(&slots, &mut freed, 0);
+    assert_eq!(frontier(&slots), first_index(KEEP_CHUNKS));
+}
+
+// A shrink used to take the free stack for itself and sort it a share a pass, while
+// producers found the stack empty and claimed new slots above the frontier: churn
+// faster than the sorting grew memory while it was being given back.
+#[test]
+fn producers_take_the_slots_a_shrink_has_still_to_sort_before_new_ones() {
+    let slots: Slots<u64> = Slots::new();
+    let mut freed = Freed::new();
+    let count = if cfg!(miri) { 300 } else { 100_000 };
+    take_and_free(&slots, count, &mut freed);
+    let top = frontier(&slots);
+    // One step begins a shrink and sorts a share of the free slots (the top ones,
+    // freed last, which it holds).
+    assert!(slots.shrink(&mut freed, 0), "more to sort");
+    // Producers take half as many slots as were free: none is claimed anew.
+    let taken: Vec<(u32, u32)> = (0..count / 2)
+        .map(|_| {
+            let (index, slot) = slots.take().unwrap();
+            (index, split(slot.state.load(Ordering::Relaxed)).0)
+        })
+        .collect();
+    assert!(
+        frontier(&slots) <= top,
+        "claimed up to {} of {top} handed out while a shrink sorted the rest",
+        frontier(&slots)
+    );
+    // Given back, they let the shrink end where it would have.
+    for (index, generation) in taken {
+        // SAFETY: taken above, never published.
+        let slot = unsafe { slots.owned(index) }.unwrap();
+        slots.release(index, slot, generation, &mut freed);
+    }
+    shrink_until_settled(&slots, &mut freed, 0);
+    assert_eq!(frontier(&slots), first_index(KEEP_CHUNKS));
+}
+
+#[test]
+fn timers_coming_back_stop_the_shrink_and_get_the_held_slots() {
+    let slots: Slots<u64> = Slots::new();
+    let mut freed = Freed::new();
+    // A few slots in the top chunk, under a chunk bigger than one step sorts.
+    let top = (KEEP_CHUNKS + 1..CHUNKS)
+        .find(|&chunk| chunk_len(chunk - 1) > SORT_BUDGET as usize)
+        .unwrap();
+    let count = first_index(top) as usize + 10;
+    take_and_free(&slots, count, &mut freed);
+    // One step sorts part of the free stack: the top chunks go, some slots are held.
+    assert!(slots.shrink(&mut freed, 0));
+    let given_back_to = frontier(&slots);
+    assert_eq!(
+        given_back_to,
+        first_index(top),
+        "the first step gives the top chunk back"
+    );
+    assert!(
+        given_back_to > first_index(KEEP_CHUNKS),
+        "but not everything yet"
+    );
+    // Then as many timers as slots are pending: the held slots go back on the stack.
+    shrink_until_settled(&slots, &mut freed, count);
+    assert!(freed.shrink.is_none(), "the shrink is over");
+    assert_eq!(
+        frontier(&slots),
+        given_back_to,
+        "nothing more was given back"
+    );
+    let mut indices: Vec<u32> = (0..given_back_to)
+        .map(|_| slots.take().unwrap().0)
+        .collect();
+    indices.sort_unstable();
+    indices.dedup();
+    assert_eq!(indices.len(), given_back_to as usize);
+    assert_eq!(
+        frontier(&slots),
+        given_back_to,
+        "every slot kept was on the stack"
+    );
+}
+
+/// Threads look slots up by index and pop the free stack while the test, as the
+/// reaper, hands out and frees slots and gives chunks back, round after round. Under
+/// miri, a slot read after its chunk was freed is an error the run reports.
+#[test]
+fn lookups_race_with_chunks_given_back() {
+    let rounds = if cfg!(miri) { 3 } else { 200 };
+    let count = if cfg!(miri) { 150 } else { 5_000 };
+    let slots: Arc<Slots<u64>> = Arc::new(Slots::new());
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let readers: Vec<_> = (0..2)
+        .map(|seed| {
+            let (slots, stop) = (Arc::clone(&slots), Arc::clone(&stop));
+            std::thread::spawn(move || {
+                let mut index = seed;
+                let mut seen = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    index = (index * 7 + 13) % (count as u32 * 2);
+                    let guard = epoch::pin();
+                    if let Some(slot) = slots.get(index, &guard) {
+                        seen += slot.state.load(Ordering::Relaxed) & 1;
+                    }
+                }
+                seen
+            })
+        })
+        .collect();
+    let mut freed = Freed::new();
+    for _ in 0..rounds {
+        take_and_free(&slots, count, &mut freed);
+        shrink_until_settled(&slots, &mut freed, 0);
+    }
+    stop.store(true, Ordering::Relaxed);
+    for reader in readers {
+        reader.join().unwrap();
+    }
+    assert_eq!(frontier(&slots), first_index(KEEP_CHUNKS));
+}
+
+/// Resident memory of this process, in bytes.
+#[cfg(all(target_os = "linux", not(miri)))]
+fn resident_bytes() -> usize {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+    let kib: usize = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+    kib * 1024
+}
+
+// A producer used to build every slot of a fresh chunk before installing it: for the
+// chunk of 4M slots here, 200 MB written while its `schedule` call waited.
+#[test]
+#[cfg(all(target_os = "linux", not(miri)))]
+fn installing_a_chunk_does_not_touch_its_slots() {
+    let slots: Slots<u64> = Slots::new();
+    let chunk = 16;
+    let first = first_index(chunk);
+    slots.claimed.store(first.into(), Ordering::Relaxed);
+    let chunk_bytes = chunk_len(chunk) * std::mem::size_of::<Slot<u64>>();
+    let before = resident_bytes();
+    let (index, slot) = slots.take().unwrap();
+    let grown = resident_bytes().saturating_sub(before);
+    assert_eq!(index, first);
+    assert!(
+        grown < chunk_bytes / 8,
+        "installing a {chunk_bytes}-byte chunk made {grown} bytes resident"
+    );
+    assert_eq!(split(slot.state.load(Ordering::Relaxed)), (0, FREE));
+    assert_eq!(slot.wheel_key(), None);
+    // The fresh slot works: the drop below must find and drop its payload.
+    // SAFETY: just taken, unpublished.
+    unsafe { slot.write_payload(9) };
+    slot.state.store(word(0, PENDING), Ordering::Release);
+}
+
+#[test]
+fn a_slot_at_the_last_generation_is_retired() {
+    let slots: Slots<()> = Slots::new();
+    let (a, slot) = slots.take().unwrap();
+    let mut freed = Freed::new();
+    slots.release(a, slot, u32::MAX, &mut freed);
+    slots.recycle(&mut freed);
+    let (b, _) = slots.take().unwrap();
+    assert_ne!(a, b);
+}
+
+#[test]
+fn concurrent_takers_get_distinct_slots() {
+    const PER_THREAD: usize = if cfg!(miri) { 100 } else { 5_000 };
+    let slots: Arc<Slots<u64>> = Arc::new(Slots::new());
+    let threads: Vec<_> = (0..4)
+        .map(|_| {
+            let slots = Arc::clone(&slots);
+            std::thread::spawn(move || {
+                (0..PER_THREAD)
+                    .map(|_| slots.take().unwrap().0)
+                    .collect::<Vec<u32>>()
+            })
+        })
+        .collect();
+    let mut all: Vec<u32> = threads
+        .into_iter()
+        .flat_map(|t| t.join().unwrap())
+        .collect();
+    all.sort_unstable();
+    all.dedup();
+    assert_eq!(all.len(), 4 * PER_THREAD);
+}
