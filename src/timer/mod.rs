@@ -4,272 +4,26 @@
 //! one shard (chosen round-robin the first time it schedules), so threads on different
 //! cores do not share a shard's inbox cache line; any thread may cancel any timer, since the
 //! handle names its shard.
+//!
+//! The `Builder`, which checks a configuration and starts the reapers, is in `builder`.
 
-use crate::bound::Bound;
+mod builder;
+
+pub use builder::Builder;
+
 use crate::callback::Callback;
-use crate::clock::{self, Clock};
+use crate::clock;
 use crate::due::Due;
-use crate::error::{AdvanceError, BuildError, ScheduleError, StaleHandle};
-use crate::handle::{SHARD_BITS, TimerHandle};
+use crate::error::{AdvanceError, ScheduleError, StaleHandle};
+use crate::handle::TimerHandle;
 use crate::scheduler::Scheduler;
 use crate::shard::Shard;
 use crate::stats::Stats;
 use std::cell::Cell;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, TryLockError};
+use std::sync::atomic::Ordering;
+use std::sync::{Mutex, TryLockError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-
-/// Configures and starts a [`Timer`].
-///
-/// # Examples
-///
-/// ```
-/// use std::time::Duration;
-///
-/// let timer = shardwheel::Timer::builder()
-///     .shards(2)
-///     .tick(Duration::from_millis(1))
-///     .max_pending(1_000_000)
-///     .build()
-///     .unwrap();
-/// assert_eq!(timer.shards(), 2);
-/// ```
-#[derive(Debug, Clone)]
-pub struct Builder {
-    shards: usize,
-    tick: Duration,
-    pin_threads: bool,
-    max_pending: usize,
-    manual: bool,
-    record_lateness: bool,
-    exact_deadlines: bool,
-    spin: Duration,
-}
-
-impl Default for Builder {
-    fn default() -> Self {
-        Builder {
-            shards: std::thread::available_parallelism().map_or(1, |n| n.get()),
-            tick: Duration::from_millis(1),
-            pin_threads: true,
-            max_pending: usize::MAX,
-            manual: false,
-            record_lateness: true,
-            exact_deadlines: true,
-            spin: Duration::ZERO,
-        }
-    }
-}
-
-impl Builder {
-    /// Number of shards, each with its own reaper thread: 1 to 65,536. Default: the
-    /// available cores.
-    pub fn shards(mut self, shards: usize) -> Self {
-        self.shards = shards;
-        self
-    }
-
-    /// The wheel's resolution. With exact deadlines (the default) a timer fires when its
-    /// deadline passes whatever the tick, and the tick is how finely the wheel sorts timers
-    /// before that; without, a timer fires at the start of the first tick at or after its
-    /// deadline, at most one tick late. Never early, either way; plus the time the reaper
-    /// takes to wake. A finer tick means more cascades and wake-ups, not costlier
-    /// operations. Default: 1 ms.
-    pub fn tick(mut self, tick: Duration) -> Self {
-        self.tick = tick;
-        self
-    }
-
-    /// Pin reaper `i` to core `i` (modulo the cores) where the system allows it; where it
-    /// does not, the threads run unpinned. Default: true.
-    pub fn pin_threads(mut self, pin: bool) -> Self {
-        self.pin_threads = pin;
-        self
-    }
-
-    /// How many timers may be pending at once over the whole timer, whichever threads
-    /// schedule them; beyond it [`Timer::schedule`] returns [`ScheduleError::Full`]. A
-    /// bound costs one counter that every shard shares (a cache line its producers and
-    /// reapers all write); without one there is none. Default: unbounded (each shard can
-    /// index 2^31 timers).
-    pub fn max_pending(mut self, max_pending: usize) -> Self {
-        self.max_pending = max_pending;
-        self
-    }
-
-    /// Record each fired timer's lateness in [`Timer::stats`]' histogram: a clock read
-    /// and an uncontended lock per fired timer, on the reaper. The counts are kept either
-    /// way. Default: true.
-    pub fn record_lateness(mut self, record: bool) -> Self {
-        self.record_lateness = record;
-        self
-    }
-
-    /// Fire each timer when its exact deadline passes (true), or at the start of the first
-    /// tick at or after it (false). Exact deadlines cost a reaper wake-up per distinct
-    /// deadline in place of one per tick, and a small heap of the timers due within the
-    /// current tick; timers cancelled before then cost nothing more. Default: true.
-    pub fn exact_deadlines(mut self, exact: bool) -> Self {
-        self.exact_deadlines = exact;
-        self
-    }
-
-    /// Each reaper spins instead of sleeping for the last `spin` before a deadline, so that
-    /// timers fire within microseconds of it rather than when the OS wakes the thread
-    /// (tens of microseconds, more on a busy machine). It keeps a core busy while a
-    /// deadline is near: for latency-critical timers only. Default: zero (no spin).
-    pub fn spin_before_deadline(mut self, spin: Duration) -> Self {
-        self.spin = spin;
-        self
-    }
-
-    /// Starts no reaper threads: the timer's time stands still until [`Timer::advance`]
-    /// moves it, and its callbacks run inside `advance`, on the caller's thread. For tests
-    /// and fuzzing: the same shards, slots, inboxes and state words as the threaded engine,
-    /// driven deterministically. Default: off.
-    ///
-    /// ```
-    /// use std::sync::atomic::{AtomicUsize, Ordering};
-    /// use std::sync::Arc;
-    /// use std::time::Duration;
-    ///
-    /// let fired = Arc::new(AtomicUsize::new(0));
-    /// let count = Arc::clone(&fired);
-    /// let timer = shardwheel::Timer::builder()
-    ///     .manual()
-    ///     .build_with(move |_: ()| {
-    ///         count.fetch_add(1, Ordering::Relaxed);
-    ///     })
-    ///     .unwrap();
-    /// timer.insert(Duration::from_secs(60), ()).unwrap();
-    /// timer.advance(Duration::from_secs(59)).unwrap();
-    /// assert_eq!(fired.load(Ordering::Relaxed), 0);
-    /// timer.advance(Duration::from_secs(1)).unwrap();
-    /// assert_eq!(fired.load(Ordering::Relaxed), 1);
-    /// ```
-    pub fn manual(mut self) -> Self {
-        self.manual = true;
-        self
-    }
-
-    /// Starts the reaper threads of a [`Timer`] of boxed callbacks.
-    ///
-    /// # Errors
-    ///
-    /// [`BuildError`] if the shard count is zero or above 65,536, the tick is zero, or a
-    /// thread cannot be started.
-    pub fn build(self) -> Result<Timer, BuildError> {
-        self.build_with(Callback::run)
-    }
-
-    /// Starts the reaper threads of a payload-generic [`Timer<T>`]: every timer carries a
-    /// `T`, and `handler` runs with it, on a reaper thread, when the timer comes due. Nothing
-    /// is allocated per timer (the payload lives in the shard's slab).
-    ///
-    /// ```
-    /// use std::sync::atomic::{AtomicU64, Ordering};
-    /// use std::sync::Arc;
-    /// use std::time::Duration;
-    ///
-    /// let expired = Arc::new(AtomicU64::new(0));
-    /// let counter = Arc::clone(&expired);
-    /// let timer = shardwheel::Timer::builder()
-    ///     .shards(1)
-    ///     .build_with(move |request_id: u64| {
-    ///         counter.fetch_add(request_id, Ordering::Relaxed);
-    ///     })
-    ///     .unwrap();
-    /// timer.insert(Duration::from_millis(1), 7).unwrap();
-    /// let cancelled = timer.insert(Duration::from_secs(30), 100).unwrap();
-    /// assert!(timer.cancel(cancelled));
-    /// while timer.pending() > 0 {
-    ///     std::thread::sleep(Duration::from_millis(1));
-    /// }
-    /// assert!(timer.shutdown().is_empty());
-    /// assert_eq!(expired.load(Ordering::Relaxed), 7);
-    /// ```
-    ///
-    /// # Errors
-    ///
-    /// As [`build`](Self::build).
-    pub fn build_with<T: Send + 'static>(
-        self,
-        handler: impl Fn(T) + Send + Sync + 'static,
-    ) -> Result<Timer<T>, BuildError> {
-        if self.shards == 0 || self.shards > MAX_SHARDS {
-            return Err(BuildError::Shards(self.shards));
-        }
-        if self.tick.is_zero() {
-            return Err(BuildError::ZeroTick);
-        }
-        let bound = Bound::new(self.max_pending);
-        let clock = Clock::new(self.tick);
-        let shards: Arc<[Shard<T>]> = (0..self.shards)
-            .map(|_| {
-                Shard::new(
-                    usize::MAX,
-                    clock.tick_nanos(),
-                    self.record_lateness,
-                    self.exact_deadlines,
-                )
-                .with_bound(bound.clone())
-                .with_spin(self.spin)
-            })
-            .collect();
-        let id = take_id(&NEXT_TIMER_ID).ok_or(BuildError::Ids)?;
-        if self.manual {
-            let manual = Manual {
-                reapers: (0..self.shards).map(|_| Due::new()).collect(),
-                handler: Box::new(handler),
-            };
-            let elapsed = Arc::new(AtomicU64::new(0));
-            return Ok(Timer {
-                scheduler: Scheduler::new(id, shards, clock, Some(elapsed)),
-                driver: Driver::Manual(Mutex::new(Some(manual))),
-            });
-        }
-        let cores = if self.pin_threads {
-            core_affinity::get_core_ids().unwrap_or_default()
-        } else {
-            Vec::new()
-        };
-        let handler = Arc::new(handler);
-        let mut reapers = Vec::new();
-        let mut failure = None;
-        for index in 0..self.shards {
-            let shards = Arc::clone(&shards);
-            let handler = Arc::clone(&handler);
-            let core = (!cores.is_empty()).then(|| cores[index % cores.len()]);
-            let reaper = std::thread::Builder::new()
-                .name(format!("shardwheel-reaper-{index}"))
-                .spawn(move || {
-                    if let Some(core) = core {
-                        // Pinning is an optimisation: where it is refused, run unpinned.
-                        let _ = core_affinity::set_for_current(core);
-                    }
-                    tighten_timer_slack();
-                    shards[index].run(&clock, &*handler)
-                });
-            match reaper {
-                Ok(handle) => reapers.push(handle),
-                Err(error) => {
-                    failure = Some(error);
-                    break;
-                }
-            }
-        }
-        let timer = Timer {
-            scheduler: Scheduler::new(id, shards, clock, None),
-            driver: Driver::Reapers(Mutex::new(reapers)),
-        };
-        match failure {
-            // Dropping `timer` stops and joins the reapers already started.
-            Some(error) => Err(BuildError::Thread(error)),
-            None => Ok(timer),
-        }
-    }
-}
 
 /// Who runs the shards' passes.
 enum Driver<T> {
@@ -285,19 +39,6 @@ struct Manual<T> {
     /// What each shard's reaper would keep.
     reapers: Vec<Due>,
     handler: Box<dyn Fn(T) + Send + Sync>,
-}
-
-/// Asks the OS to end the calling thread's timed sleeps on time: Linux lets a sleep run
-/// up to the thread's timer slack (50 us by default) past its timeout, to batch wake-ups,
-/// which would add that to the lateness of every exactly-due timer. A reaper sleeps once
-/// per deadline at most, so the batching it gives up is small.
-fn tighten_timer_slack() {
-    #[cfg(target_os = "linux")]
-    // SAFETY: PR_SET_TIMERSLACK takes one integer argument (the slack in nanoseconds) and
-    // changes only the calling thread's timer slack; no memory is passed.
-    unsafe {
-        libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong);
-    }
 }
 
 thread_local! {
@@ -330,26 +71,6 @@ impl Drop for Advancing {
     }
 }
 
-/// The most shards a timer can have: a handle names its shard in `SHARD_BITS` bits.
-const MAX_SHARDS: usize = 1 << SHARD_BITS;
-
-/// Timer ids: a handle keeps one in the 48 bits its shard leaves.
-const TIMER_IDS: u64 = 1 << (64 - SHARD_BITS);
-
-/// The next id to give a timer: ids tell one timer's handles from another's.
-static NEXT_TIMER_ID: AtomicU64 = AtomicU64::new(0);
-
-/// Takes the next id from `counter`, or `None` once every id was given. Ids are never
-/// given twice, so a handle of a timer dropped long ago never names a later timer's
-/// slot. (At a million timers built a second, they last nine years.)
-fn take_id(counter: &AtomicU64) -> Option<u64> {
-    // Relaxed: ids only need to differ, which the RMW's total order gives.
-    counter
-        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |id| {
-            (id < TIMER_IDS).then_some(id + 1)
-        })
-        .ok()
-}
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     // The lock guards join handles only; a panic while holding it leaves them usable.
     mutex
@@ -668,19 +389,5 @@ impl<T: Send + 'static> std::fmt::Debug for Timer<T> {
             .field("shards", &self.scheduler.shards().len())
             .field("pending", &self.pending())
             .finish()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn timer_ids_are_never_given_twice() {
-        let counter = AtomicU64::new(TIMER_IDS - 2);
-        assert_eq!(take_id(&counter), Some(TIMER_IDS - 2));
-        assert_eq!(take_id(&counter), Some(TIMER_IDS - 1));
-        assert_eq!(take_id(&counter), None, "all given: none wraps round to 0");
-        assert_eq!(take_id(&counter), None);
     }
 }
