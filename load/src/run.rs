@@ -236,7 +236,7 @@ pub(crate) fn resident_bytes(field: &str) -> Option<u64> {
 
 /// CPU time the process has used, all its threads included, ended ones too (zero where
 /// `getrusage` is missing).
-fn process_cpu() -> Duration {
+pub(crate) fn process_cpu() -> Duration {
     #[cfg(unix)]
     {
         let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();

@@ -9,11 +9,11 @@
 //! counted in the closure against [`Periodic::runs`], and the closure's drop.
 
 use crate::config::{Config, Delays};
-use crate::run::{Random, pace, resident_bytes};
+use crate::run::{Random, pace, process_cpu, resident_bytes};
 use shardwheel::{Period, Periodic, Timer, TimerHandle};
 use std::panic::{self, PanicHookInfo};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -30,9 +30,11 @@ pub struct Settings {
     pub interval: Duration,
     /// RSS is compared with its value this long into the run (if the run lasts longer).
     pub settle: Duration,
+    /// Producer threads.
     pub producers: usize,
     /// One-shot timers scheduled a second, per producer.
     pub rate: u64,
+    /// One-shot timers' delays (and their resets').
     pub delays: Delays,
     /// Share of one-shot timers cancelled shortly after they are scheduled.
     pub cancel: f64,
@@ -44,7 +46,9 @@ pub struct Settings {
     pub series: usize,
     /// One-shot timers a producer schedules between replacing one of its series.
     pub replace_every: u64,
+    /// Shards (reaper threads).
     pub shards: usize,
+    /// The wheel's tick.
     pub tick: Duration,
 }
 
@@ -174,6 +178,7 @@ struct Series {
 /// What the series that have been looked at came to.
 #[derive(Default, Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SeriesTotals {
+    /// Series looked at.
     pub series: u64,
     /// Series no longer active (cancelled, or ended by the shutdown).
     pub ended: u64,
@@ -266,20 +271,91 @@ const RING: usize = 1024;
 /// Operations between two looks at the clock for the rate.
 const PACE_EVERY: u64 = 32;
 
+/// One producer thread's state.
+struct Producer<'a> {
+    timer: &'a Timer,
+    settings: &'a Settings,
+    counts: &'a Arc<Counts>,
+    random: Random,
+    /// Timers within reach for a cancel or a reset.
+    ring: Vec<Option<TimerHandle>>,
+}
+
+impl Producer<'_> {
+    /// Schedules a one-shot timer into the ring; the timer it pushes out is cancelled (at
+    /// the cancel share) or left to fire, and a timer of the ring is reset (at the reset
+    /// share).
+    fn shot(&mut self) {
+        let (timer, settings, random) = (self.timer, self.settings, &mut self.random);
+        let shot = Shot {
+            counts: Arc::clone(self.counts),
+            panics: random.unit() < settings.panic,
+            ran: false,
+        };
+        let handle = timer
+            .schedule(random.delay(settings.delays), move || shot.fire())
+            .expect("no bound was set, and the timer runs until the end");
+        self.counts.scheduled.add(1);
+        let evicted = self.ring[(random.next() % RING as u64) as usize].replace(handle);
+        if random.unit() < settings.cancel
+            && let Some(evicted) = evicted
+            && timer.cancel(evicted)
+        {
+            self.counts.cancelled.add(1);
+        }
+        if random.unit() < settings.reset
+            && let Some(handle) = self.ring[(random.next() % RING as u64) as usize]
+        {
+            match timer.reset(handle, random.delay(settings.delays)) {
+                Ok(()) => self.counts.reset.add(1),
+                Err(_) => self.counts.stale_resets.add(1),
+            }
+        }
+    }
+
+    /// Starts a periodic series of a random kind, period 10 to 100 ms, its first run within
+    /// a period.
+    fn start_series(&mut self) -> Series {
+        let random = &mut self.random;
+        let period = Duration::from_millis(10 + random.next() % 91);
+        let kind = match random.next() % 3 {
+            0 => Period::FixedRate(period),
+            1 => Period::FixedRateBurst(period),
+            _ => Period::FixedDelay(period),
+        };
+        let tally = Arc::new(Tally::default());
+        let mut beat = Beat {
+            counts: Arc::clone(self.counts),
+            tally: Arc::clone(&tally),
+            random: Random(random.next()),
+            panic: self.settings.panic,
+        };
+        let periodic = self
+            .timer
+            .schedule_periodic(period.mul_f64(random.unit()), kind, move || beat.run())
+            .expect("a period of 10 ms or more, no bound, and the timer runs until the end");
+        self.counts.periodic_started.add(1);
+        Series { periodic, tally }
+    }
+}
+
 /// One producer: one-shot timers at the rate, cancels and resets among them, periodic series
 /// replaced now and then, until `stop`. Returns its series not yet added up, and the totals
 /// of those that were.
 fn produce(
-    timer: &Timer,
-    settings: &Settings,
-    producer: usize,
-    counts: &Arc<Counts>,
+    mut producer: Producer<'_>,
+    started: &Barrier,
     stop: &AtomicBool,
 ) -> (Vec<Series>, SeriesTotals) {
-    let mut random = Random(0x50a4 + producer as u64);
-    let mut ring: Vec<Option<TimerHandle>> = vec![None; RING];
+    let settings = producer.settings;
+    // A thread keeps the shard it is given at its first timer, first come first served.
+    // Every producer takes its own before the first periodic run can come due: a reaper
+    // that reschedules one takes a shard then, and would otherwise push two producers onto
+    // one shard.
+    producer.shot();
+    started.wait();
     let mut live: Vec<Series> = (0..settings.series)
-        .map(|_| start_series(timer, settings, &mut random, counts))
+        .map(|_| producer.start_series())
         .collect();
     let mut retired = Vec::new();
     let mut totals = SeriesTotals::default();
@@ -290,36 +366,11 @@ fn produce(
         if i % PACE_EVERY == 0 {
             pace(start, i, settings.rate);
         }
-        let shot = Shot {
-            counts: Arc::clone(counts),
-            panics: random.unit() < settings.panic,
-            ran: false,
-        };
-        let handle = timer
-            .schedule(random.delay(settings.delays), move || shot.fire())
-            .expect("no bound was set, and the timer runs until the end");
-        counts.scheduled.add(1);
-        // The timer left out of the ring fires, unless it is cancelled now.
-        let evicted = ring[(random.next() % RING as u64) as usize].replace(handle);
-        if random.unit() < settings.cancel
-            && let Some(evicted) = evicted
-            && timer.cancel(evicted)
-        {
-            counts.cancelled.add(1);
-        }
-        if random.unit() < settings.reset
-            && let Some(handle) = ring[(random.next() % RING as u64) as usize]
-        {
-            match timer.reset(handle, random.delay(settings.delays)) {
-                Ok(()) => counts.reset.add(1),
-                Err(_) => counts.stale_resets.add(1),
-            }
-        }
+        producer.shot();
         i += 1;
         if i % settings.replace_every == 0 && !live.is_empty() {
-            let at = (random.next() % live.len() as u64) as usize;
-            let new = start_series(timer, settings, &mut random, counts);
-            let old = std::mem::replace(&mut live[at], new);
+            let at = (producer.random.next() % live.len() as u64) as usize;
+            let old = std::mem::replace(&mut live[at], producer.start_series());
             old.periodic.cancel();
             retired.push(old);
             sweep(&mut retired, &mut totals);
@@ -328,33 +379,6 @@ fn produce(
     // The ring's timers are left pending: some fire, the rest are handed back.
     live.append(&mut retired);
     (live, totals)
-}
-
-/// Starts a periodic series of a random kind, period 10 to 100 ms, first run within a period.
-fn start_series(
-    timer: &Timer,
-    settings: &Settings,
-    random: &mut Random,
-    counts: &Arc<Counts>,
-) -> Series {
-    let period = Duration::from_millis(10 + random.next() % 91);
-    let kind = match random.next() % 3 {
-        0 => Period::FixedRate(period),
-        1 => Period::FixedRateBurst(period),
-        _ => Period::FixedDelay(period),
-    };
-    let tally = Arc::new(Tally::default());
-    let mut beat = Beat {
-        counts: Arc::clone(counts),
-        tally: Arc::clone(&tally),
-        random: Random(random.next()),
-        panic: settings.panic,
-    };
-    let periodic = timer
-        .schedule_periodic(period.mul_f64(random.unit()), kind, move || beat.run())
-        .expect("a period of 10 ms or more, no bound, and the timer runs until the end");
-    counts.periodic_started.add(1);
-    Series { periodic, tally }
 }
 
 /// Runs the soak; `print` gets the opening line and a progress line every interval.
@@ -381,14 +405,23 @@ pub fn soak(settings: &Settings, print: &mut dyn FnMut(&str)) -> Outcome {
     let counts = Arc::new(Counts::default());
     let stop = AtomicBool::new(false);
     let (mut rss_settled, mut rss_end) = (None, None);
+    let cpu_before = process_cpu();
     let start = Instant::now();
     let mut series = Vec::new();
     let mut totals = SeriesTotals::default();
+    let started = Barrier::new(settings.producers);
     thread::scope(|s| {
         let producers: Vec<_> = (0..settings.producers)
-            .map(|producer| {
-                let (timer, counts, stop) = (&timer, &counts, &stop);
-                s.spawn(move || produce(timer, settings, producer, counts, stop))
+            .map(|index| {
+                let producer = Producer {
+                    timer: &timer,
+                    settings,
+                    counts: &counts,
+                    random: Random(0x50a4 + index as u64),
+                    ring: vec![None; RING],
+                };
+                let (started, stop) = (&started, &stop);
+                s.spawn(move || produce(producer, started, stop))
             })
             .collect();
         let mut next = settings.interval.min(settings.duration);
@@ -415,6 +448,13 @@ pub fn soak(settings: &Settings, print: &mut dyn FnMut(&str)) -> Outcome {
         }
     });
     let elapsed = start.elapsed();
+    let cpu = process_cpu() - cpu_before;
+    let load_average = std::fs::read_to_string("/proc/loadavg").ok().map(|text| {
+        text.split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" ")
+    });
     let handed_back = timer.shutdown();
     let handed_back_all = handed_back.len() as u64;
     // Nothing else drops payloads now: the reapers are gone, and the producers too.
@@ -432,6 +472,8 @@ pub fn soak(settings: &Settings, print: &mut dyn FnMut(&str)) -> Outcome {
     Outcome {
         settings: settings.clone(),
         elapsed,
+        cpu,
+        load_average,
         scheduled: counts.scheduled.get(),
         fired: counts.fired.get(),
         cancelled: counts.cancelled.get(),

@@ -8,14 +8,25 @@ use std::time::Duration;
 /// What a soak did, and what it found.
 #[derive(Clone)]
 pub struct Outcome {
+    /// What the soak ran.
     pub settings: Settings,
+    /// How long the producers ran.
     pub elapsed: Duration,
+    /// CPU time the process used while the producers ran.
+    pub cpu: Duration,
+    /// The machine's load average (1, 5, 15 minutes) when the producers stopped.
+    pub load_average: Option<String>,
     /// One-shot timers, as the producers and callbacks counted them.
     pub scheduled: u64,
+    /// One-shot callbacks that ran (the panicking ones too).
     pub fired: u64,
+    /// Cancels that won (`Timer::cancel` returned true).
     pub cancelled: u64,
+    /// One-shot timers among those `shutdown` handed back.
     pub handed_back: u64,
+    /// Resets that moved their timer.
     pub resets: u64,
+    /// Resets that found their timer gone (fired).
     pub stale_resets: u64,
     /// One-shot payloads dropped unrun, counted once the timer was dropped.
     pub unrun: u64,
@@ -33,10 +44,13 @@ pub struct Outcome {
     pub quieted: u64,
     /// Other panics, which the previous hook printed.
     pub other_panics: u64,
+    /// Periodic series the producers started.
     pub periodic_started: u64,
+    /// What the series came to, each looked at once its closure was dropped (or at the end).
     pub series: SeriesTotals,
-    /// RSS `settle` into the run (none if the run was not longer), and at its end.
+    /// RSS `settle` into the run (none if the run was not longer).
     pub rss_settled: Option<u64>,
+    /// RSS when the producers stopped, before the shutdown.
     pub rss_end: Option<u64>,
 }
 
@@ -178,6 +192,13 @@ impl Outcome {
                 self.settings.settle
             ),
         });
+        lines.push(format!(
+            "cpu: {:.1} s over {:.1} s ({:.2} cores busy); load average {}",
+            self.cpu.as_secs_f64(),
+            self.elapsed.as_secs_f64(),
+            self.cpu.as_secs_f64() / self.elapsed.as_secs_f64().max(1e-9),
+            self.load_average.as_deref().unwrap_or("na")
+        ));
         lines.push(format!(
             "RESULT soak shardwheel duration_s={:.0} scheduled={} fired={} cancelled={} handed_back={} panicked={} rss_1min_mb={} rss_end_mb={} rss_growth_pct={} accounted={}",
             self.elapsed.as_secs_f64(), self.scheduled, self.fired, self.cancelled, self.handed_back,
