@@ -404,7 +404,7 @@ pub fn soak(settings: &Settings, print: &mut dyn FnMut(&str)) -> Outcome {
         .expect("the configuration was checked");
     let counts = Arc::new(Counts::default());
     let stop = AtomicBool::new(false);
-    let (mut rss_settled, mut rss_end) = (None, None);
+    let (mut rss_settled, mut rss_end, mut rss_peak) = (None, None, None);
     let cpu_before = process_cpu();
     let start = Instant::now();
     let mut series = Vec::new();
@@ -433,6 +433,7 @@ pub fn soak(settings: &Settings, print: &mut dyn FnMut(&str)) -> Outcome {
             print(&progress(start.elapsed(), rss, &counts, &timer));
             if next >= settings.duration {
                 rss_end = rss;
+                rss_peak = resident_bytes("VmHWM");
                 break;
             }
             if rss_settled.is_none() && next >= settings.settle {
@@ -492,13 +493,15 @@ pub fn soak(settings: &Settings, print: &mut dyn FnMut(&str)) -> Outcome {
         series: totals,
         rss_settled,
         rss_end,
+        rss_peak,
     }
 }
 
-/// A progress line: elapsed, RSS, the counts so far.
+/// A progress line: elapsed, RSS, the counts so far, and the slots the shards hold (what
+/// of RSS the engine's own memory is).
 fn progress(elapsed: Duration, rss: Option<u64>, counts: &Counts, timer: &Timer) -> String {
     format!(
-        "{:>6.0} s  rss {:>7} MB  scheduled {:>11}  fired {:>11}  cancelled {:>11}  reset {:>10}  pending {:>8}  panicked {:>7}  periodic runs {:>9}",
+        "{:>6.0} s  rss {:>7} MB  scheduled {:>11}  fired {:>11}  cancelled {:>11}  reset {:>10}  pending {:>8}  panicked {:>7}  periodic runs {:>9}  slots {:>8}",
         elapsed.as_secs_f64(),
         rss.map_or("na".into(), |b| format!("{:.1}", b as f64 / 1e6)),
         counts.scheduled.get(),
@@ -508,6 +511,7 @@ fn progress(elapsed: Duration, rss: Option<u64>, counts: &Counts, timer: &Timer)
         timer.pending(),
         timer.panicked(),
         counts.periodic_runs.get(),
+        timer.stats().slots,
     )
 }
 

@@ -52,6 +52,8 @@ pub struct Outcome {
     pub rss_settled: Option<u64>,
     /// RSS when the producers stopped, before the shutdown.
     pub rss_end: Option<u64>,
+    /// The most RSS had been until then (VmHWM).
+    pub rss_peak: Option<u64>,
 }
 
 /// RSS may end this far above or below its value after the first minute.
@@ -176,10 +178,11 @@ impl Outcome {
             .map_or("na".into(), |g| format!("{g:+.1}"));
         lines.push(match self.rss_held() {
             Some(held) => format!(
-                "rss: {} MB after {:?}, {} MB at the end: {growth} %: {}",
+                "rss: {} MB after {:?}, {} MB at the end (peak {} MB): {growth} %: {}",
                 mb(self.rss_settled),
                 self.settings.settle,
                 mb(self.rss_end),
+                mb(self.rss_peak),
                 if held {
                     "ok (within 10 %)"
                 } else {
@@ -187,13 +190,16 @@ impl Outcome {
                 }
             ),
             None => format!(
-                "rss: {} MB at the end; not checked (the run was not longer than {:?})",
+                "rss: {} MB at the end (peak {} MB); not checked (the run was not longer than {:?})",
                 mb(self.rss_end),
+                mb(self.rss_peak),
                 self.settings.settle
             ),
         });
         lines.push(format!(
-            "cpu: {:.1} s over {:.1} s ({:.2} cores busy); load average {}",
+            "rate: {:.0} one-shot timers a second (set: {}); cpu: {:.1} s over {:.1} s ({:.2} cores busy); load average {}",
+            self.scheduled as f64 / self.elapsed.as_secs_f64().max(1e-9),
+            self.settings.rate * self.settings.producers as u64,
             self.cpu.as_secs_f64(),
             self.elapsed.as_secs_f64(),
             self.cpu.as_secs_f64() / self.elapsed.as_secs_f64().max(1e-9),
