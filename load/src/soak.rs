@@ -268,6 +268,9 @@ impl QuietPanics {
 /// Timers each producer keeps within reach for a cancel or a reset.
 const RING: usize = 1024;
 
+/// How often the timers pending are looked at, for their peak.
+const PEAK_EVERY: Duration = Duration::from_millis(5);
+
 /// Operations between two looks at the clock for the rate.
 const PACE_EVERY: u64 = 32;
 
@@ -426,11 +429,15 @@ pub fn soak(settings: &Settings, print: &mut dyn FnMut(&str)) -> Outcome {
             .collect();
         let mut next = settings.interval.min(settings.duration);
         loop {
-            if let Some(wait) = (start + next).checked_duration_since(Instant::now()) {
-                thread::sleep(wait);
+            // The timers pending at their most since the last line: a backlog the reapers
+            // caught up with in between leaves its slots behind.
+            let mut peak = timer.pending();
+            while let Some(wait) = (start + next).checked_duration_since(Instant::now()) {
+                thread::sleep(wait.min(PEAK_EVERY));
+                peak = peak.max(timer.pending());
             }
             let rss = resident_bytes("VmRSS");
-            print(&progress(start.elapsed(), rss, &counts, &timer));
+            print(&progress(start.elapsed(), rss, &counts, &timer, peak));
             if next >= settings.duration {
                 rss_end = rss;
                 rss_peak = resident_bytes("VmHWM");
@@ -497,11 +504,17 @@ pub fn soak(settings: &Settings, print: &mut dyn FnMut(&str)) -> Outcome {
     }
 }
 
-/// A progress line: elapsed, RSS, the counts so far, and the slots the shards hold (what
-/// of RSS the engine's own memory is).
-fn progress(elapsed: Duration, rss: Option<u64>, counts: &Counts, timer: &Timer) -> String {
+/// A progress line: elapsed, RSS, the counts so far (and the most timers pending since the
+/// last line), and the slots the shards hold (what of RSS the engine's own memory is).
+fn progress(
+    elapsed: Duration,
+    rss: Option<u64>,
+    counts: &Counts,
+    timer: &Timer,
+    peak: usize,
+) -> String {
     format!(
-        "{:>6.0} s  rss {:>7} MB  scheduled {:>11}  fired {:>11}  cancelled {:>11}  reset {:>10}  pending {:>8}  panicked {:>7}  periodic runs {:>9}  slots {:>8}",
+        "{:>6.0} s  rss {:>7} MB  scheduled {:>11}  fired {:>11}  cancelled {:>11}  reset {:>10}  pending {:>8} (peak {:>8})  panicked {:>7}  periodic runs {:>9}  slots {:>8}",
         elapsed.as_secs_f64(),
         rss.map_or("na".into(), |b| format!("{:.1}", b as f64 / 1e6)),
         counts.scheduled.get(),
@@ -509,6 +522,7 @@ fn progress(elapsed: Duration, rss: Option<u64>, counts: &Counts, timer: &Timer)
         counts.cancelled.get(),
         counts.reset.get(),
         timer.pending(),
+        peak,
         timer.panicked(),
         counts.periodic_runs.get(),
         timer.stats().slots,
