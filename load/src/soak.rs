@@ -532,9 +532,45 @@ fn progress(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Mutex;
+
+    /// The panic hook is the process's: one test at a time puts its own.
+    static HOOK: Mutex<()> = Mutex::new(());
+
+    #[test]
+    fn only_the_planned_panics_are_kept_quiet() {
+        let _hook = HOOK
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // The hook the soak finds in place records what it is given to print.
+        let printed = Arc::new(Mutex::new(Vec::new()));
+        let record = Arc::clone(&printed);
+        panic::set_hook(Box::new(move |info| {
+            let message = info.payload().downcast_ref::<&str>().copied();
+            record
+                .lock()
+                .unwrap()
+                .push(message.unwrap_or("?").to_owned());
+        }));
+        let quiet = QuietPanics::install();
+        assert!(panic::catch_unwind(|| panic::panic_any(Planned)).is_err());
+        assert!(panic::catch_unwind(|| panic!("not the soak's")).is_err());
+        assert!(panic::catch_unwind(|| panic::panic_any(Planned)).is_err());
+        assert_eq!(quiet.uninstall(), (2, 1));
+        assert!(panic::catch_unwind(|| panic!("after the soak")).is_err());
+        // The default hook again.
+        drop(panic::take_hook());
+        assert_eq!(
+            *printed.lock().unwrap(),
+            ["not the soak's", "after the soak"]
+        );
+    }
 
     #[test]
     fn a_short_soak_accounts_for_every_timer_and_panic() {
+        let _hook = HOOK
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let settings = Settings {
             duration: Duration::from_secs(3),
             interval: Duration::from_secs(1),
