@@ -11,15 +11,17 @@
 use crate::config::{Config, Delays};
 use crate::run::{Random, pace, process_cpu, resident_bytes};
 use shardwheel::{Period, Periodic, Timer, TimerHandle};
-use std::panic::{self, PanicHookInfo};
+use std::panic;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
 
 mod outcome;
+mod quiet;
 
 pub use outcome::Outcome;
+use quiet::{Planned, QuietPanics};
 
 /// A soak's settings, all resolved.
 #[derive(Debug, Clone)]
@@ -73,9 +75,6 @@ impl Settings {
         }
     }
 }
-
-/// The payload of a planned panic, which the soak's panic hook keeps quiet.
-struct Planned;
 
 /// A counter on its own cache line: producers and reapers bump different ones.
 #[derive(Default)]
@@ -218,51 +217,6 @@ fn sweep(retired: &mut Vec<Series>, totals: &mut SeriesTotals) {
         }
         !done
     });
-}
-
-/// Counts the planned panics (the soak's callbacks') instead of printing them, and passes
-/// any other panic to the hook that was there before, which prints it.
-struct QuietPanics {
-    planned: Arc<AtomicU64>,
-    others: Arc<AtomicU64>,
-    previous: Arc<dyn Fn(&PanicHookInfo<'_>) + Send + Sync>,
-}
-
-impl QuietPanics {
-    fn install() -> QuietPanics {
-        let previous: Arc<dyn Fn(&PanicHookInfo<'_>) + Send + Sync> = Arc::from(panic::take_hook());
-        let planned = Arc::new(AtomicU64::new(0));
-        let others = Arc::new(AtomicU64::new(0));
-        let (count, other, print) = (
-            Arc::clone(&planned),
-            Arc::clone(&others),
-            Arc::clone(&previous),
-        );
-        panic::set_hook(Box::new(move |info| {
-            if info.payload().is::<Planned>() {
-                count.fetch_add(1, Ordering::Relaxed);
-            } else {
-                other.fetch_add(1, Ordering::Relaxed);
-                print(info);
-            }
-        }));
-        QuietPanics {
-            planned,
-            others,
-            previous,
-        }
-    }
-
-    /// Puts the previous hook back; returns the planned panics kept quiet and the others.
-    fn uninstall(self) -> (u64, u64) {
-        drop(panic::take_hook());
-        let previous = self.previous;
-        panic::set_hook(Box::new(move |info| previous(info)));
-        (
-            self.planned.load(Ordering::Relaxed),
-            self.others.load(Ordering::Relaxed),
-        )
-    }
 }
 
 /// Timers each producer keeps within reach for a cancel or a reset.
@@ -532,43 +486,10 @@ fn progress(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Mutex;
-
-    /// The panic hook is the process's: one test at a time puts its own.
-    static HOOK: Mutex<()> = Mutex::new(());
-
-    #[test]
-    fn only_the_planned_panics_are_kept_quiet() {
-        let _hook = HOOK
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        // The hook the soak finds in place records what it is given to print.
-        let printed = Arc::new(Mutex::new(Vec::new()));
-        let record = Arc::clone(&printed);
-        panic::set_hook(Box::new(move |info| {
-            let message = info.payload().downcast_ref::<&str>().copied();
-            record
-                .lock()
-                .unwrap()
-                .push(message.unwrap_or("?").to_owned());
-        }));
-        let quiet = QuietPanics::install();
-        assert!(panic::catch_unwind(|| panic::panic_any(Planned)).is_err());
-        assert!(panic::catch_unwind(|| panic!("not the soak's")).is_err());
-        assert!(panic::catch_unwind(|| panic::panic_any(Planned)).is_err());
-        assert_eq!(quiet.uninstall(), (2, 1));
-        assert!(panic::catch_unwind(|| panic!("after the soak")).is_err());
-        // The default hook again.
-        drop(panic::take_hook());
-        assert_eq!(
-            *printed.lock().unwrap(),
-            ["not the soak's", "after the soak"]
-        );
-    }
 
     #[test]
     fn a_short_soak_accounts_for_every_timer_and_panic() {
-        let _hook = HOOK
+        let _hook = quiet::HOOK
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let settings = Settings {
