@@ -362,6 +362,7 @@ pub fn soak(settings: &Settings, print: &mut dyn FnMut(&str)) -> Outcome {
     let counts = Arc::new(Counts::default());
     let stop = AtomicBool::new(false);
     let (mut rss_settled, mut rss_end, mut rss_peak) = (None, None, None);
+    let (mut slots_settled, mut slots_end, mut pending_peak) = (None, 0, 0);
     let cpu_before = process_cpu();
     let start = Instant::now();
     let mut series = Vec::new();
@@ -390,15 +391,24 @@ pub fn soak(settings: &Settings, print: &mut dyn FnMut(&str)) -> Outcome {
                 thread::sleep(wait.min(PEAK_EVERY));
                 peak = peak.max(timer.pending());
             }
+            pending_peak = pending_peak.max(peak);
             let rss = resident_bytes("VmRSS");
-            print(&progress(start.elapsed(), rss, &counts, &timer, peak));
+            let slots = timer.stats().slots;
+            print(&progress(
+                start.elapsed(),
+                rss,
+                &counts,
+                &timer,
+                peak,
+                slots,
+            ));
             if next >= settings.duration {
-                rss_end = rss;
+                (rss_end, slots_end) = (rss, slots);
                 rss_peak = resident_bytes("VmHWM");
                 break;
             }
             if rss_settled.is_none() && next >= settings.settle {
-                rss_settled = rss;
+                (rss_settled, slots_settled) = (rss, Some(slots));
             }
             next = (next + settings.interval).min(settings.duration);
         }
@@ -455,6 +465,9 @@ pub fn soak(settings: &Settings, print: &mut dyn FnMut(&str)) -> Outcome {
         rss_settled,
         rss_end,
         rss_peak,
+        slots_settled,
+        slots_end,
+        pending_peak,
     }
 }
 
@@ -466,6 +479,7 @@ fn progress(
     counts: &Counts,
     timer: &Timer,
     peak: usize,
+    slots: u64,
 ) -> String {
     format!(
         "{:>6.0} s  rss {:>7} MB  scheduled {:>11}  fired {:>11}  cancelled {:>11}  reset {:>10}  pending {:>8} (peak {:>8})  panicked {:>7}  periodic runs {:>9}  slots {:>8}",
@@ -479,7 +493,7 @@ fn progress(
         peak,
         timer.panicked(),
         counts.periodic_runs.get(),
-        timer.stats().slots,
+        slots,
     )
 }
 

@@ -54,6 +54,12 @@ pub struct Outcome {
     pub rss_end: Option<u64>,
     /// The most RSS had been until then (VmHWM).
     pub rss_peak: Option<u64>,
+    /// The slots the shards held `settle` into the run (as `rss_settled`), and at its end.
+    pub slots_settled: Option<u64>,
+    /// The slots the shards held when the producers stopped.
+    pub slots_end: u64,
+    /// The most timers pending at once (looked at every few milliseconds).
+    pub pending_peak: usize,
 }
 
 /// RSS may end this far above or below its value after the first minute.
@@ -197,6 +203,14 @@ impl Outcome {
             ),
         });
         lines.push(format!(
+            "slots: {} after {:?}, {} at the end; at most {} timers pending at once",
+            self.slots_settled
+                .map_or("na".into(), |slots| slots.to_string()),
+            self.settings.settle,
+            self.slots_end,
+            self.pending_peak
+        ));
+        lines.push(format!(
             "rate: {:.0} one-shot timers a second (set: {}); cpu: {:.1} s over {:.1} s ({:.2} cores busy); load average {}",
             self.scheduled as f64 / self.elapsed.as_secs_f64().max(1e-9),
             self.settings.rate * self.settings.producers as u64,
@@ -209,6 +223,15 @@ impl Outcome {
             "RESULT soak shardwheel duration_s={:.0} scheduled={} fired={} cancelled={} handed_back={} panicked={} rss_1min_mb={} rss_end_mb={} rss_growth_pct={} accounted={}",
             self.elapsed.as_secs_f64(), self.scheduled, self.fired, self.cancelled, self.handed_back,
             self.panicked, mb(self.rss_settled), mb(self.rss_end), growth, self.accounted()
+        ));
+        let slots = self
+            .slots_settled
+            .map_or("na".into(), |slots| slots.to_string());
+        lines.push(format!(
+            "RESULT soak-memory shardwheel rss_peak_mb={} slots_1min={slots} slots_end={} pending_peak={}",
+            mb(self.rss_peak),
+            self.slots_end,
+            self.pending_peak
         ));
         lines.push(format!(
             "RESULT soak-periodic shardwheel series={} runs={} runs_counted={} ended={} dropped={}",
