@@ -9,9 +9,14 @@ use std::time::Duration;
 #[derive(Parser, Debug)]
 #[command(name = "shardwheel-load", version)]
 pub struct Args {
-    /// The workload; the other flags override its settings.
-    #[arg(long, value_enum, default_value_t = Scenario::Mixed)]
-    pub scenario: Scenario,
+    /// The workload; the other flags override its settings [default: mixed, or soak when
+    /// --duration is given].
+    #[arg(long, value_enum)]
+    pub scenario: Option<Scenario>,
+    /// Run the soak for this long, e.g. `10m` (implies `--scenario soak`; the soak's
+    /// default is 10 minutes).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub duration: Option<Duration>,
     /// Timers to schedule, over all producers.
     #[arg(long)]
     pub timers: Option<u64>,
@@ -24,7 +29,8 @@ pub struct Args {
     /// Share of timers cancelled shortly after they are scheduled, 0 to 1.
     #[arg(long)]
     pub cancel: Option<f64>,
-    /// Timers scheduled per second per producer (default: as fast as it goes).
+    /// Timers scheduled per second per producer (default: as fast as it goes; 50,000 in
+    /// the soak).
     #[arg(long)]
     pub rate: Option<u64>,
     /// After scheduling, measure the CPU used over this much idle time, then stop without
@@ -67,6 +73,13 @@ pub enum Scenario {
     W5,
     /// W6: 1,000 timers a second for 5 s, due in 1 to 100 ms: precision under light load.
     W6,
+    /// Soak: for --duration (10 minutes), from every core at a fixed rate (50,000 timers a
+    /// second per producer), delays 1 ms to 1 s, half cancelled, a reset for every four timers,
+    /// 0.1 % of callbacks panicking, periodic timers started and cancelled throughout.
+    /// Prints RSS and the counts every 10 s, then checks that every timer is accounted for
+    /// (fired, cancelled or handed back), that no caught panic printed anything, and that
+    /// RSS ended within 10 % of its value after the first minute; exits 1 if not.
+    Soak,
 }
 
 /// How delays are drawn.
@@ -127,6 +140,8 @@ pub struct Config {
     pub idle: Option<Duration>,
     pub tick: Duration,
     pub shards: usize,
+    /// How long a soak runs; `None` for every other scenario.
+    pub duration: Option<Duration>,
 }
 
 impl Config {
@@ -138,7 +153,12 @@ impl Config {
     pub fn from_args(args: &Args) -> Result<Config, String> {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let ms = Duration::from_millis;
-        let mut config = match args.scenario {
+        let scenario = args.scenario.unwrap_or(if args.duration.is_some() {
+            Scenario::Soak
+        } else {
+            Scenario::Mixed
+        });
+        let mut config = match scenario {
             Scenario::Mixed => {
                 Config::preset(10_000_000, cores, Delays::Uniform(ms(1), ms(1_000)), 0.9)
             }
@@ -164,8 +184,22 @@ impl Config {
                 rate: Some(1_000),
                 ..Config::preset(5_000, 1, Delays::Uniform(ms(1), ms(100)), 0.0)
             },
+            // Timers without end: the soak stops when its time is up.
+            Scenario::Soak => Config {
+                rate: Some(50_000),
+                duration: Some(Duration::from_secs(600)),
+                ..Config::preset(u64::MAX, cores, Delays::Uniform(ms(1), ms(1_000)), 0.5)
+            },
         };
-        config.scenario = args.scenario;
+        config.scenario = scenario;
+        if scenario == Scenario::Soak {
+            Config::soak_flags(args)?;
+        } else if args.duration.is_some() {
+            return Err(format!(
+                "--duration is the soak's: --scenario {} runs until its timers are done",
+                format!("{scenario:?}").to_lowercase()
+            ));
+        }
         config.shards = cores;
         if let Some(timers) = args.timers {
             config.timers = timers;
@@ -183,6 +217,7 @@ impl Config {
         config.idle = args.idle.or(config.idle);
         config.tick = args.tick.unwrap_or(config.tick);
         config.shards = args.shards.unwrap_or(config.shards);
+        config.duration = args.duration.or(config.duration);
         config.check()?;
         Ok(config)
     }
@@ -198,7 +233,27 @@ impl Config {
             idle: None,
             tick: Duration::from_millis(1),
             shards: 1,
+            duration: None,
         }
+    }
+
+    /// Refuses the flags a soak has no use for: it runs for a time, not a number of
+    /// timers, and prints its own lines.
+    fn soak_flags(args: &Args) -> Result<(), String> {
+        for (given, flag) in [
+            (args.timers.is_some(), "--timers"),
+            (args.idle.is_some(), "--idle"),
+            (args.json, "--json"),
+            (args.hgrm.is_some(), "--hgrm"),
+            (args.plot.is_some(), "--plot"),
+        ] {
+            if given {
+                return Err(format!(
+                    "{flag} is not for the soak, which runs for --duration and prints its own lines"
+                ));
+            }
+        }
+        Ok(())
     }
 
     fn check(&self) -> Result<(), String> {
@@ -222,6 +277,12 @@ impl Config {
         }
         if self.tick.is_zero() {
             return Err("--tick must be longer than zero".into());
+        }
+        if self.duration.is_some_and(|duration| duration.is_zero()) {
+            return Err("--duration must be longer than zero".into());
+        }
+        if self.scenario == Scenario::Soak && self.rate.is_none() {
+            return Err("the soak runs at a fixed --rate".into());
         }
         Ok(())
     }
@@ -261,6 +322,21 @@ mod tests {
         assert_eq!(w5.idle, Some(Duration::from_secs(5)));
         let w1 = parse(&["--scenario", "w1"]).unwrap();
         assert_eq!((w1.producers, w1.cancel), (1, 1.0));
+        assert_eq!(w1.duration, None);
+    }
+
+    #[test]
+    fn a_duration_means_the_soak() {
+        let soak = parse(&["--duration", "90s", "--rate", "1000"]).unwrap();
+        assert_eq!(soak.scenario, Scenario::Soak);
+        assert_eq!(soak.duration, Some(Duration::from_secs(90)));
+        assert_eq!(soak.rate, Some(1000));
+        let soak = parse(&["--scenario", "soak"]).unwrap();
+        assert_eq!(soak.duration, Some(Duration::from_secs(600)));
+        assert_eq!(
+            soak.delays,
+            Delays::Uniform(Duration::from_millis(1), Duration::from_secs(1))
+        );
     }
 
     #[test]
@@ -275,6 +351,10 @@ mod tests {
             (&["--tick", "0s"], "longer than zero"),
             (&["--scenario", "w7"], "invalid value"),
             (&["--timers", "-3"], "unexpected argument"),
+            (&["--duration", "0s"], "longer than zero"),
+            (&["--scenario", "w2", "--duration", "1m"], "the soak's"),
+            (&["--duration", "1m", "--timers", "5"], "not for the soak"),
+            (&["--duration", "1m", "--json"], "not for the soak"),
         ] {
             let error = parse(flags).expect_err(&format!("{flags:?} accepted"));
             assert!(error.contains(reason), "{flags:?}: {error}");

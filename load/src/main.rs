@@ -1,10 +1,12 @@
 //! `shardwheel-load`: millions of timers through shardwheel's engine, then a table of what
 //! it did (throughput, memory, lateness percentiles, CPU), or JSON, an `.hgrm` file and an
-//! SVG plot of the lateness distribution. `shardwheel-load --help` lists the flags.
+//! SVG plot of the lateness distribution; or a soak (`--duration 10m`) that checks the
+//! engine's accounting and memory over a long run. `shardwheel-load --help` lists the flags.
 
 mod config;
 mod report;
 mod run;
+mod soak;
 
 use clap::Parser;
 use mimalloc::MiMalloc;
@@ -24,6 +26,19 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if config.scenario == config::Scenario::Soak {
+        let outcome = soak::soak(&soak::Settings::new(&config), &mut |line| {
+            println!("{line}");
+        });
+        for line in outcome.summary() {
+            println!("{line}");
+        }
+        return if outcome.passed() {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        };
+    }
     let progress = !args.json && std::io::stderr().is_terminal();
     let report = run::run(&config, progress);
     if args.json {

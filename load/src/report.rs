@@ -221,6 +221,7 @@ mod tests {
             idle: None,
             tick: Duration::from_millis(1),
             shards: 1,
+            duration: None,
         };
         crate::run::run(&config, false)
     }

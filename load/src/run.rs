@@ -42,10 +42,11 @@ impl Report {
 }
 
 /// SplitMix64: every producer draws its own reproducible stream.
-struct Random(u64);
+pub(crate) struct Random(pub(crate) u64);
 
 impl Random {
-    fn next(&mut self) -> u64 {
+    /// The next 64 random bits.
+    pub(crate) fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -54,11 +55,12 @@ impl Random {
     }
 
     /// Uniform in [0, 1).
-    fn unit(&mut self) -> f64 {
+    pub(crate) fn unit(&mut self) -> f64 {
         (self.next() >> 11) as f64 / (1u64 << 53) as f64
     }
 
-    fn delay(&mut self, delays: Delays) -> Duration {
+    /// A delay drawn from `delays`.
+    pub(crate) fn delay(&mut self, delays: Delays) -> Duration {
         match delays {
             Delays::Fixed(delay) => delay,
             Delays::Uniform(min, max) => min + (max - min).mul_f64(self.unit()),
@@ -165,10 +167,7 @@ fn produce(
     let start = Instant::now();
     for i in 0..share {
         if let Some(rate) = config.rate {
-            let at = start + Duration::from_secs_f64(i as f64 / rate as f64);
-            if let Some(wait) = at.checked_duration_since(Instant::now()) {
-                thread::sleep(wait);
-            }
+            pace(start, i, rate);
         }
         let mut payload = [0; 16];
         payload[..8].copy_from_slice(&i.to_le_bytes());
@@ -196,6 +195,15 @@ fn produce(
     operations
 }
 
+/// Waits until operation `i` of a producer that started at `start` and makes `rate`
+/// operations a second is due (at once if it is behind).
+pub(crate) fn pace(start: Instant, i: u64, rate: u64) {
+    let at = start + Duration::from_secs_f64(i as f64 / rate as f64);
+    if let Some(wait) = at.checked_duration_since(Instant::now()) {
+        thread::sleep(wait);
+    }
+}
+
 fn progress_bar(progress: bool, length: u64, message: &'static str) -> ProgressBar {
     if !progress {
         return ProgressBar::hidden();
@@ -219,7 +227,7 @@ fn spinner(progress: bool, message: &'static str) -> ProgressBar {
 }
 
 /// A `Vm*` line of /proc/self/status, in bytes (Linux only).
-fn resident_bytes(field: &str) -> Option<u64> {
+pub(crate) fn resident_bytes(field: &str) -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     let line = status.lines().find(|line| line.starts_with(field))?;
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
@@ -228,7 +236,7 @@ fn resident_bytes(field: &str) -> Option<u64> {
 
 /// CPU time the process has used, all its threads included, ended ones too (zero where
 /// `getrusage` is missing).
-fn process_cpu() -> Duration {
+pub(crate) fn process_cpu() -> Duration {
     #[cfg(unix)]
     {
         let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
@@ -268,6 +276,7 @@ mod tests {
             idle: None,
             tick: Duration::from_millis(1),
             shards: 2,
+            duration: None,
         };
         let report = run(&config, false);
         let stats = &report.stats;
