@@ -40,6 +40,13 @@ thread_local! {
     static PRODUCER: Cell<Option<usize>> = const { Cell::new(None) };
 }
 
+/// Makes the calling thread schedule on shard `index` (modulo a timer's shard count)
+/// from now on, rather than on the next shard in turn: a reaper keeps to its own, so that
+/// a callback's timers stay on its core and the producers' turns stay spread.
+pub(crate) fn keep_to_shard(index: usize) {
+    PRODUCER.with(|producer| producer.set(Some(index)));
+}
+
 impl<T: Send + 'static> Scheduler<T> {
     pub(crate) fn new(
         id: u64,

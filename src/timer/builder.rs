@@ -8,7 +8,7 @@ use crate::clock::Clock;
 use crate::due::Due;
 use crate::error::BuildError;
 use crate::handle::SHARD_BITS;
-use crate::scheduler::Scheduler;
+use crate::scheduler::{self, Scheduler};
 use crate::shard::Shard;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -243,6 +243,9 @@ impl Builder {
                         let _ = core_affinity::set_for_current(core);
                     }
                     tighten_timer_slack();
+                    // A callback that schedules (a periodic run rescheduling itself) does
+                    // so on this reaper's own shard, and takes no producer's turn.
+                    scheduler::keep_to_shard(index);
                     shards[index].run(&clock, &*handler)
                 });
             match reaper {
@@ -302,6 +305,25 @@ fn take_id(counter: &AtomicU64) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::mpsc;
+
+    // A reaper used to take a producer's turn at its first schedule (a periodic run
+    // rescheduling itself): its timer went to whichever shard came next (here, the same
+    // one in one case of 16), and two producers after it could share a shard.
+    #[test]
+    fn a_callback_schedules_on_its_reapers_own_shard() {
+        let timer = Arc::new(Timer::builder().shards(16).build().unwrap());
+        let (tx, rx) = mpsc::channel();
+        let again = Arc::clone(&timer);
+        let first = timer
+            .schedule(Duration::ZERO, move || {
+                let handle = again.schedule(Duration::from_secs(60), || {}).unwrap();
+                tx.send(handle.shard()).unwrap();
+            })
+            .unwrap();
+        let reaper_scheduled_on = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert_eq!(reaper_scheduled_on, first.shard());
+    }
 
     #[test]
     fn timer_ids_are_never_given_twice() {
