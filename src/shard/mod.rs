@@ -29,7 +29,7 @@ use crate::bound::Bound;
 use crate::clock;
 use crate::inbox::{Closed, Inbox};
 use crate::slots::{
-    self, CANCELLED, FIRING, FLAGS, Freed, PENDING, QUEUED, RESETTING, Slot, Slots,
+    self, CANCELLED, FIRING, FLAGS, Freed, PENDING, Pin, QUEUED, RESETTING, Slot, Slots,
 };
 use crate::stats::ShardStats;
 use crate::sync::{self, AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -215,8 +215,9 @@ impl<T> Shard<T> {
     /// Cancels the timer in slot `index` of generation `generation`; true if it was pending
     /// (it will never run now), false for a fired, cancelled or unknown one.
     pub fn cancel(&self, index: u32, generation: u32) -> bool {
-        // Pinned: a stale handle's slot may be in a chunk the reaper gives back meanwhile.
-        let guard = sync::epoch::pin();
+        // Pinned if need be: a stale handle's slot may be in a chunk the reaper gives back
+        // meanwhile.
+        let guard = Pin::for_slot(index);
         let Some(slot) = self.slots.get(index, &guard) else {
             return false;
         };
@@ -286,8 +287,8 @@ impl<T> Shard<T> {
     /// (nanoseconds since the start); true if it was pending, false (and nothing changed)
     /// otherwise.
     pub fn reset(&self, index: u32, generation: u32, deadline: u64) -> bool {
-        // Pinned: as in `cancel`.
-        let guard = sync::epoch::pin();
+        // Pinned if need be: as in `cancel`.
+        let guard = Pin::for_slot(index);
         let Some(slot) = self.slots.get(index, &guard) else {
             return false;
         };

@@ -182,6 +182,42 @@ fn decode_key(bits: u64) -> Option<Key> {
     bits.checked_sub(1).map(Key::from_bits)
 }
 
+/// What keeps a slot readable while a thread that does not own it looks it up by index:
+/// nothing for a slot in the chunks a shard never gives back (the first `KEEP_CHUNKS`,
+/// where the slots of a timer with few pending live), a pin of the epoch for any other.
+/// Pinning costs a thread-local lookup and a locked instruction, on every schedule and
+/// cancel; most never need it.
+pub(crate) struct Pin(Option<Guard>);
+
+impl Pin {
+    /// No pin yet: covers the kept chunks only.
+    pub(crate) const NONE: Pin = Pin(None);
+
+    /// A pin that covers slot `index`.
+    pub(crate) fn for_slot(index: u32) -> Pin {
+        let mut pin = Pin::NONE;
+        pin.cover(index);
+        pin
+    }
+
+    /// Pins now if slot `index` needs it and this does not pin yet.
+    pub(crate) fn cover(&mut self, index: u32) {
+        if self.0.is_none() && !kept(index) {
+            self.0 = Some(epoch::pin());
+        }
+    }
+
+    /// Whether a lookup of slot `index` under this is safe.
+    fn covers(&self, index: u32) -> bool {
+        self.0.is_some() || kept(index)
+    }
+}
+
+/// Whether slot `index` lies in a chunk the shard never gives back (see `Pin`).
+fn kept(index: u32) -> bool {
+    index < first_index(shrink::KEEP_CHUNKS)
+}
+
 /// The free stack's head: a tag in the high half, a slot index (or `NIL`) in the low half.
 fn free_head(tag: u32, index: u32) -> u64 {
     (u64::from(tag) << 32) | u64::from(index)
@@ -234,11 +270,11 @@ impl<T> Slots<T> {
     /// its index and the slot, or `None` when all `MAX_SLOTS` slots are in use. A slot of
     /// the free stack, or else of the spare stack (a shrink under way), or else a new one.
     pub(crate) fn take(&self) -> Option<(u32, &Slot<T>)> {
-        // Pinned while popping: see `pop`.
-        let guard = epoch::pin();
+        // Pinned while popping a slot of a chunk that may be given back: see `pop`.
+        let mut pin = Pin::NONE;
         let Some(index) = self
-            .pop(&self.free, &guard)
-            .or_else(|| self.pop(&self.spare, &guard))
+            .pop(&self.free, &mut pin)
+            .or_else(|| self.pop(&self.spare, &mut pin))
         else {
             return self.claim();
         };
@@ -250,8 +286,9 @@ impl<T> Slots<T> {
     ///
     /// The head's `link` is read before the CAS that decides whether the slot was still
     /// free, and by then another thread may have popped it, and the reaper given its chunk
-    /// back: `guard` keeps that memory alive (and the CAS fails).
-    fn pop(&self, stack: &AtomicU64, guard: &Guard) -> Option<u32> {
+    /// back: `pin` keeps that memory alive (and the CAS fails). It pins only for a slot of
+    /// a chunk that may be given back.
+    pub(super) fn pop(&self, stack: &AtomicU64, pin: &mut Pin) -> Option<u32> {
         // Acquire: pairs with the Release of the push (or of the reaper's move to the
         // spare stack), so the slot's `link` and the state it was freed with are visible.
         let mut head = stack.load(Ordering::Acquire);
@@ -260,7 +297,8 @@ impl<T> Slots<T> {
             if index == NIL {
                 return None;
             }
-            let Some(slot) = self.get(index, guard) else {
+            pin.cover(index);
+            let Some(slot) = self.get(index, pin) else {
                 // The slot was popped and its chunk given back since the head was read, so
                 // the head has moved on (the cleared pointer was published after the slot
                 // left the stack): read it with an RMW, which sees the latest value (a load
@@ -354,12 +392,15 @@ impl<T> Slots<T> {
         (!base.is_null()).then(|| base.wrapping_add(offset).cast_const())
     }
 
-    /// The slot at `index`, if its chunk is installed, for as long as `guard` pins the
-    /// thread: any thread, with any index (a stale handle's, say).
-    pub(crate) fn get<'g>(&'g self, index: u32, _guard: &'g Guard) -> Option<&'g Slot<T>> {
-        // SAFETY: the chunk was installed when its pointer was read, and the reaper frees
-        // a chunk it gives back only once every thread pinned before it cleared the
-        // pointer has unpinned: `guard` keeps the memory for the borrow.
+    /// The slot at `index`, if its chunk is installed, for as long as `pin` lasts: any
+    /// thread, with any index (a stale handle's, say), and a `pin` made for it.
+    pub(crate) fn get<'g>(&'g self, index: u32, pin: &'g Pin) -> Option<&'g Slot<T>> {
+        debug_assert!(pin.covers(index), "looked up without a pin");
+        // SAFETY: the chunk was installed when its pointer was read. A chunk below
+        // `KEEP_CHUNKS` is never given back while the slots live, which the borrow of
+        // `self` covers; the reaper frees any other chunk it gives back only once every
+        // thread pinned before it cleared the pointer has unpinned, and `pin` pins this
+        // thread for such an index: the memory outlives the borrow either way.
         let slot = unsafe { &*self.address(index)? };
         slot.check_live();
         Some(slot)

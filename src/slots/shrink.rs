@@ -28,7 +28,7 @@
 //! a high chunk holds the chunks below it too until it fires or is cancelled.
 
 use super::chunk::{CHUNKS, ChunkPtr, FIRST_CHUNK_BITS, first_index, free_chunk, locate};
-use super::{CLOSED, Chain, Freed, Slot, Slots, free_head, split};
+use super::{CLOSED, Chain, Freed, Pin, Slot, Slots, free_head, split};
 use crate::slab::{self, NIL};
 use crate::sync::Ordering;
 use crate::sync::epoch;
@@ -157,14 +157,14 @@ impl<T> Slots<T> {
         // Loom runs every path again the same way: no clock there.
         #[cfg(not(loom))]
         let start = std::time::Instant::now();
-        let guard = epoch::pin();
+        let mut pin = Pin::NONE;
         #[cfg_attr(loom, allow(unused_variables))]
         for sorted in 0..SORT_BUDGET {
             #[cfg(not(loom))]
             if sorted % 256 == 255 && start.elapsed() >= SORT_TIME {
                 break;
             }
-            let Some(index) = self.pop(&self.spare, &guard) else {
+            let Some(index) = self.pop(&self.spare, &mut pin) else {
                 break;
             };
             // SAFETY: popped by the reaper, so its own.

@@ -34,9 +34,11 @@ fn released_slots_are_reused_with_the_next_generation() {
     let (b, again) = slots.take().unwrap();
     assert_eq!(b, a);
     assert_eq!(split(again.state.load(Ordering::Relaxed)), (1, FREE));
-    let guard = epoch::pin();
-    assert!(slots.get(MAX_SLOTS, &guard).is_none());
-    assert!(slots.get(5_000, &guard).is_none(), "chunk never installed");
+    assert!(slots.get(MAX_SLOTS, &Pin::for_slot(MAX_SLOTS)).is_none());
+    assert!(
+        slots.get(5_000, &Pin::for_slot(5_000)).is_none(),
+        "chunk never installed"
+    );
 }
 
 /// Plays producer and reaper: takes `count` slots, publishes each (generation as it
@@ -105,7 +107,6 @@ fn chunks_all_free_are_given_back_and_stale_handles_find_nothing() {
         std::thread::sleep(std::time::Duration::from_millis(1));
     }
     assert_eq!(slots.unfreed(), 0, "every chunk given back is freed");
-    let guard = epoch::pin();
     for chunk in 0..CHUNKS {
         let installed = !slots.chunks[chunk].load(Ordering::Relaxed).is_null();
         assert_eq!(installed, chunk < KEEP_CHUNKS, "chunk {chunk}");
@@ -113,10 +114,9 @@ fn chunks_all_free_are_given_back_and_stale_handles_find_nothing() {
     let (above, generation) = *taken.last().unwrap();
     assert!(above >= keep);
     assert!(
-        slots.get(above, &guard).is_none(),
+        slots.get(above, &Pin::for_slot(above)).is_none(),
         "a stale handle finds no slot"
     );
-    drop(guard);
     // The kept slots are all back on the free stack: taking them claims nothing new.
     let again: Vec<u32> = (0..keep).map(|_| slots.take().unwrap().0).collect();
     assert!(again.iter().all(|&index| index < keep));
@@ -283,8 +283,8 @@ fn lookups_race_with_chunks_given_back() {
                 let mut seen = 0u64;
                 while !stop.load(Ordering::Relaxed) {
                     index = (index * 7 + 13) % (count as u32 * 2);
-                    let guard = epoch::pin();
-                    if let Some(slot) = slots.get(index, &guard) {
+                    let pin = Pin::for_slot(index);
+                    if let Some(slot) = slots.get(index, &pin) {
                         seen += slot.state.load(Ordering::Relaxed) & 1;
                     }
                 }
