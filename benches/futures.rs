@@ -1,14 +1,49 @@
-//! Timeouts as async code uses them, inside a tokio runtime: W3 of ../shared/WORKLOADS.md
-//! made of tasks. Each task runs request after request under a timeout of uniform [100 ms,
-//! 10 s]; the request's work yields once (so the timeout has to register its timer) and
-//! then finishes, which cancels the timer. One request in 1,000 never finishes and is ended
-//! by a 1 ms timeout: those fire, and are checked never to end early.
+//! Timeouts as async code uses them, inside a tokio multi-thread runtime with 2 workers:
+//! the async workloads of ../shared/WORKLOADS.md, made of tasks.
 //!
-//! Implementations: shardwheel's `Timer::timeout`, tokio's `tokio::time::timeout`, and no
-//! timeout at all (the runtime's own cost of the same tasks, for scale). They take turns
-//! over rounds, in one process; ratios are medians of per-round ratios.
+//! - **W3-async**: W3 made of tasks. 256 tasks each run 4,000 requests under a timeout of
+//!   uniform [100 ms, 10 s]; the request's work yields once (so the timeout has to register
+//!   its timer) and then finishes, which cancels the timer. One request in 1,000 never
+//!   finishes and is ended by a 1 ms timeout: those fire, and any that ends early is
+//!   counted (`early=`; Pingora's can, as it truncates the deadline to the millisecond
+//!   before it rounds up to 10 ms). Figures: requests per second, lateness of the
+//!   timed-out requests.
+//! - **W7**: T = 64 tasks (and T = 1) each run 100,000 operations `timeout(10 s, work)`.
+//!   `mode=ready`: the work is ready at once, so no timer needs to exist: this measures what
+//!   a timeout costs when it is not used. `mode=yield1`: the work yields once, then
+//!   completes: the timer is registered at the first `Pending` and cancelled by the drop, the
+//!   common case of a request that beats its timeout. Figure: operations per second.
 //!
-//! `cargo bench --bench futures`; prints RESULT lines.
+//! Implementations: shardwheel's `Timer::timeout` (one `Timer` for the run, default
+//! shards), `pingora_timeout::timeout` (registers lazily, rounds to 10 ms, on a global
+//! timer), tokio's `tokio::time::timeout`, and no timeout at all (the runtime's own cost of
+//! the same tasks: the floor). They take turns over rounds in one process, the first in a
+//! round rotating; a first round warms the allocator and the runtime and is not counted.
+//! Rates (`ops_per_s`, timed from the first task's start to the last task's end) are
+//! medians over the rounds, ratios (`vs_<peer>`, of rates) medians of per-round ratios, so
+//! that a change of load between rounds moves both sides of a ratio. `cpu_ns_per_op` is the
+//! CPU time of the whole process per operation (Linux; all threads: the workers, shardwheel's
+//! reapers, Pingora's clock thread), another view of the same rounds: on a loaded machine
+//! an implementation with more threads gets a larger share of the cores, which a rate
+//! does not show. It moves with the load too (reapers that find cores idle make more,
+//! smaller passes; workers spin a while before they park).
+//!
+//! Ratios against tokio move with the load: each `tokio::time::timeout` clones the
+//! runtime's handle (an `Arc` both workers count on), so when both workers run at once,
+//! as on a quiet machine, its cost per operation grows several times (W7 T = 64 ready:
+//! about 220 ns of CPU quiet, 50-70 ns with other processes on the cores). Quote the
+//! load with the figures.
+//!
+//! Checks, not timed: every operation completed with its own output, on every
+//! implementation. For shardwheel the bench also reads the timers its reapers took in
+//! (`timers=`, from `Timer::stats`, once they are quiet): none in `mode=ready`, some in
+//! `mode=yield1` (a timeout that did not register its timer would measure nothing).
+//!
+//! Run: `cargo bench --bench futures` (about a minute on 2 cores); prints RESULT lines and
+//! the load average at start and end. `FUTURES_PARTS=W7:64:yield1,W3-async` runs some
+//! parts only: a part is `W3-async` or `W7:<T>:<mode>`, and a prefix (`W7`, `W7:64`)
+//! selects every part under it. `FUTURES_ONLY=shardwheel` (say) runs one implementation,
+//! for a profiler (no ratios then).
 
 mod common;
 
@@ -16,18 +51,19 @@ use common::{SplitMix64, load_average, median, percentile};
 use mimalloc::MiMalloc;
 use shardwheel::Timer;
 use std::future::{Future, pending};
-use std::sync::Arc;
+use std::hint::black_box;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
+use tokio::runtime::Runtime;
 
 #[global_allocator]
 static GLOBAL: MiMalloc = MiMalloc;
 
-const TASKS: u64 = 256;
-const REQUESTS_PER_TASK: u64 = 4_000;
-const ROUNDS: usize = 5;
-/// One request in this many never finishes and times out.
-const STUCK_EVERY: u64 = 1_000;
-const STUCK_TIMEOUT: Duration = Duration::from_millis(1);
+/// Rounds counted per part, after the warm-up round; odd, so that a median is a round's.
+const ROUNDS: usize = 7;
+/// At T = 1 a round is 100,000 operations, under a millisecond (ready) or under 0.1 s
+/// (yield1): more of them, for a steady median.
+const ROUNDS_ONE_TASK: usize = 21;
 
 /// A way to put a timeout on a future.
 trait Timeouts: Send + Sync + 'static {
@@ -41,19 +77,64 @@ trait Timeouts: Send + Sync + 'static {
         limit: Duration,
         work: F,
     ) -> impl Future<Output = Option<F::Output>> + Send;
+
+    /// The timers this instance's engine took in, once it is quiet, where it can tell.
+    fn timers(&self) -> Option<u64> {
+        None
+    }
 }
 
-struct Shardwheel(Timer);
+/// One timer for the whole run, as a server keeps one (and as tokio's runtime and Pingora
+/// keep theirs): a fresh one each round would also measure its slots' growth.
+static TIMER: OnceLock<Timer> = OnceLock::new();
+
+/// Shardwheel's timer, and the timers its reapers had taken in before this round.
+struct Shardwheel(&'static Timer, u64);
 
 impl Timeouts for Shardwheel {
     const NAME: &'static str = "shardwheel";
 
     fn new() -> Self {
-        Shardwheel(Timer::builder().build().expect("timer"))
+        let timer = TIMER.get_or_init(|| Timer::builder().build().expect("timer"));
+        Shardwheel(timer, quiet(timer))
     }
 
     async fn timeout<F: Future + Send>(&self, limit: Duration, work: F) -> Option<F::Output> {
         self.0.timeout(limit, work).await.ok()
+    }
+
+    fn timers(&self) -> Option<u64> {
+        Some(quiet(self.0) - self.1)
+    }
+}
+
+/// The timers `timer`'s reapers have taken in, once quiet. They count the timers they take
+/// in, and take cancels in within about 10 ms: this waits until every timer taken in has
+/// ended and the count holds still.
+fn quiet(timer: &Timer) -> u64 {
+    let mut last = u64::MAX;
+    for _ in 0..100 {
+        let stats = timer.stats();
+        if stats.scheduled == last && stats.cancelled + stats.fired == stats.scheduled {
+            break;
+        }
+        last = stats.scheduled;
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    last
+}
+
+struct PingoraTimeout;
+
+impl Timeouts for PingoraTimeout {
+    const NAME: &'static str = "pingora-timeout";
+
+    fn new() -> Self {
+        PingoraTimeout
+    }
+
+    async fn timeout<F: Future + Send>(&self, limit: Duration, work: F) -> Option<F::Output> {
+        pingora_timeout::timeout(limit, work).await.ok()
     }
 }
 
@@ -86,125 +167,387 @@ impl Timeouts for NoTimeout {
     }
 }
 
+/// The implementations, in the order their lines are printed; shardwheel first.
+#[derive(Clone, Copy, PartialEq)]
+enum Impl {
+    Shardwheel,
+    Pingora,
+    Tokio,
+    None,
+}
+
+impl Impl {
+    const ALL: [Impl; 4] = [Impl::Shardwheel, Impl::Pingora, Impl::Tokio, Impl::None];
+
+    fn name(self) -> &'static str {
+        match self {
+            Impl::Shardwheel => Shardwheel::NAME,
+            Impl::Pingora => PingoraTimeout::NAME,
+            Impl::Tokio => TokioTimeout::NAME,
+            Impl::None => NoTimeout::NAME,
+        }
+    }
+
+    fn round<W: Workload>(self, runtime: &Runtime, workload: W) -> Round<W::Outcome> {
+        match self {
+            Impl::Shardwheel => round::<Shardwheel, W>(runtime, workload),
+            Impl::Pingora => round::<PingoraTimeout, W>(runtime, workload),
+            Impl::Tokio => round::<TokioTimeout, W>(runtime, workload),
+            Impl::None => round::<NoTimeout, W>(runtime, workload),
+        }
+    }
+}
+
+/// What the tasks of a round do.
+trait Workload: Copy + Send + 'static {
+    /// What one task hands back, for the checks and the report.
+    type Outcome: Send + 'static;
+
+    fn tasks(self) -> u64;
+
+    /// Operations in a round, over all its tasks.
+    fn operations(self) -> u64;
+
+    /// Task number `task`'s work, on `timeouts`.
+    fn task<T: Timeouts>(
+        self,
+        timeouts: Arc<T>,
+        task: u64,
+    ) -> impl Future<Output = Self::Outcome> + Send + 'static;
+}
+
 /// What one round of one implementation measured.
-struct Round {
-    requests_per_s: f64,
-    /// Microseconds past the limit, of the requests that timed out.
+struct Round<O> {
+    per_s: f64,
+    /// CPU time of the whole process (workers, reapers, a peer's clock thread) per
+    /// operation (see the module doc).
+    cpu_ns_per_op: f64,
+    outcomes: Vec<O>,
+    timers: Option<u64>,
+}
+
+/// Spawns the workload's tasks on `runtime` and waits for them all. The rate counts from
+/// the first task's start to the last task's end: a T = 1 round of ready operations takes
+/// well under a millisecond, of which waking a worker for the spawn would be a good part.
+fn round<T: Timeouts, W: Workload>(runtime: &Runtime, workload: W) -> Round<W::Outcome> {
+    let timeouts = Arc::new(T::new());
+    let cpu = process_cpu();
+    let tasks: Vec<_> = (0..workload.tasks())
+        .map(|task| {
+            let work = workload.task(Arc::clone(&timeouts), task);
+            runtime.spawn(async move {
+                let start = Instant::now();
+                let outcome = work.await;
+                (start, Instant::now(), outcome)
+            })
+        })
+        .collect();
+    let (mut first, mut last) = (None::<Instant>, None::<Instant>);
+    let outcomes = runtime.block_on(async {
+        let mut outcomes = Vec::with_capacity(tasks.len());
+        for task in tasks {
+            let (start, end, outcome) = task.await.expect("task");
+            first = Some(first.map_or(start, |first| first.min(start)));
+            last = Some(last.map_or(end, |last| last.max(end)));
+            outcomes.push(outcome);
+        }
+        outcomes
+    });
+    let elapsed = last.expect("tasks") - first.expect("tasks");
+    let cpu = process_cpu() - cpu;
+    Round {
+        per_s: workload.operations() as f64 / elapsed.as_secs_f64(),
+        cpu_ns_per_op: cpu.as_nanos() as f64 / workload.operations() as f64,
+        outcomes,
+        timers: timeouts.timers(),
+    }
+}
+
+/// The CPU time the process has used, all threads (zero off Linux).
+fn process_cpu() -> Duration {
+    #[cfg(target_os = "linux")]
+    {
+        let mut now = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: `now` is a valid timespec to write; the clock exists on every Linux.
+        let status = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut now) };
+        assert_eq!(status, 0, "clock_gettime");
+        Duration::new(now.tv_sec as u64, now.tv_nsec as u32)
+    }
+    #[cfg(not(target_os = "linux"))]
+    Duration::ZERO
+}
+
+/// One part's rounds, per implementation.
+struct Measured<O>(Vec<(Impl, Vec<Round<O>>)>);
+
+/// Runs `workload` on `impls`, taking turns over `rounds` counted rounds (after a warm-up
+/// round); the implementation that goes first rotates from round to round.
+fn measure<W: Workload>(
+    runtime: &Runtime,
+    workload: W,
+    impls: &[Impl],
+    rounds: usize,
+) -> Measured<W::Outcome> {
+    let mut measured: Vec<_> = impls.iter().map(|&i| (i, Vec::new())).collect();
+    for r in 0..=rounds {
+        for k in 0..measured.len() {
+            let (implementation, done) = &mut measured[(r + k) % impls.len()];
+            let round = implementation.round(runtime, workload);
+            if r > 0 {
+                done.push(round);
+            }
+        }
+    }
+    Measured(measured)
+}
+
+impl<O> Measured<O> {
+    /// Each implementation's rounds, in print order.
+    fn each(&self) -> impl Iterator<Item = (Impl, &[Round<O>])> {
+        self.0.iter().map(|(i, rounds)| (*i, rounds.as_slice()))
+    }
+
+    /// Operations per second, and CPU nanoseconds per operation: medians over the rounds.
+    fn rate(rounds: &[Round<O>]) -> String {
+        format!(
+            "per_s={:.0} cpu_ns_per_op={:.1}",
+            median(rounds.iter().map(|r| r.per_s).collect()),
+            median(rounds.iter().map(|r| r.cpu_ns_per_op).collect()),
+        )
+    }
+
+    /// Prints `RESULT <label> shardwheel vs_<peer>=..` for each peer measured beside it.
+    fn print_ratios(&self, label: &str) {
+        let Some((_, ours)) = self.each().find(|(i, _)| *i == Impl::Shardwheel) else {
+            return;
+        };
+        let ratios: Vec<String> = self
+            .each()
+            .filter(|(i, _)| *i != Impl::Shardwheel)
+            .map(|(peer, theirs)| {
+                let ratio = median(
+                    ours.iter()
+                        .zip(theirs)
+                        .map(|(a, b)| a.per_s / b.per_s)
+                        .collect(),
+                );
+                format!("vs_{}={ratio:.2}", peer.name())
+            })
+            .collect();
+        if !ratios.is_empty() {
+            println!("RESULT {label} shardwheel {}", ratios.join(" "));
+        }
+    }
+}
+
+/// W3-async: requests under random timeouts, one in 1,000 stuck until a 1 ms timeout.
+#[derive(Clone, Copy)]
+struct W3Async;
+
+const W3_TASKS: u64 = 256;
+const W3_REQUESTS_PER_TASK: u64 = 4_000;
+/// One request in this many never finishes and times out.
+const STUCK_EVERY: u64 = 1_000;
+const STUCK_TIMEOUT: Duration = Duration::from_millis(1);
+
+/// A W3-async task's timed-out requests: microseconds past the limit of those that ended
+/// late or on time, and how many ended early.
+struct Stuck {
     late_us: Vec<u64>,
     early: usize,
 }
 
-fn round<T: Timeouts>(runtime: &tokio::runtime::Runtime, round: usize) -> Round {
-    let timeouts = Arc::new(T::new());
-    let start = Instant::now();
-    let tasks: Vec<_> = (0..TASKS)
-        .map(|task| {
-            let timeouts = Arc::clone(&timeouts);
-            runtime.spawn(async move {
-                let mut random = SplitMix64(42 + task);
-                let (mut late_us, mut early) = (Vec::new(), 0);
-                for request in 0..REQUESTS_PER_TASK {
-                    if request % STUCK_EVERY == STUCK_EVERY - 1 && T::NAME != NoTimeout::NAME {
-                        let started = Instant::now();
-                        let outcome = timeouts.timeout(STUCK_TIMEOUT, pending::<()>()).await;
-                        assert!(outcome.is_none());
-                        match started.elapsed().checked_sub(STUCK_TIMEOUT) {
-                            Some(late) => late_us.push(late.as_micros() as u64),
-                            None => early += 1,
-                        }
-                        continue;
-                    }
-                    let limit = Duration::from_millis(random.between(100, 10_000));
-                    let work = async {
-                        tokio::task::yield_now().await;
-                        request
-                    };
-                    assert_eq!(timeouts.timeout(limit, work).await, Some(request));
+impl Workload for W3Async {
+    type Outcome = Stuck;
+
+    fn tasks(self) -> u64 {
+        W3_TASKS
+    }
+
+    fn operations(self) -> u64 {
+        W3_TASKS * W3_REQUESTS_PER_TASK
+    }
+
+    async fn task<T: Timeouts>(self, timeouts: Arc<T>, task: u64) -> Stuck {
+        let mut random = SplitMix64(42 + task);
+        let mut stuck = Stuck {
+            late_us: Vec::new(),
+            early: 0,
+        };
+        for request in 0..W3_REQUESTS_PER_TASK {
+            if request % STUCK_EVERY == STUCK_EVERY - 1 && T::NAME != NoTimeout::NAME {
+                let started = Instant::now();
+                let outcome = timeouts.timeout(STUCK_TIMEOUT, pending::<()>()).await;
+                assert!(outcome.is_none());
+                match started.elapsed().checked_sub(STUCK_TIMEOUT) {
+                    Some(late) => stuck.late_us.push(late.as_micros() as u64),
+                    None => stuck.early += 1,
                 }
-                (late_us, early)
-            })
-        })
-        .collect();
-    let (late_us, early) = runtime.block_on(async {
-        let (mut all, mut early) = (Vec::new(), 0);
-        for task in tasks {
-            let (late, e) = task.await.expect("task");
-            all.extend(late);
-            early += e;
+                continue;
+            }
+            let limit = Duration::from_millis(random.between(100, 10_000));
+            let work = async {
+                tokio::task::yield_now().await;
+                request
+            };
+            assert_eq!(timeouts.timeout(limit, work).await, Some(request));
         }
-        (all, early)
-    });
-    let rate = (TASKS * REQUESTS_PER_TASK) as f64 / start.elapsed().as_secs_f64();
-    Round {
-        // A first round warms the allocator and the runtime; it is not counted.
-        requests_per_s: if round == 0 { f64::NAN } else { rate },
-        late_us,
-        early,
+        stuck
     }
 }
 
-fn report(name: &str, rounds: &[Round]) -> f64 {
-    let rate = median(
-        rounds
+fn w3_async(runtime: &Runtime, impls: &[Impl]) {
+    let label = "W3-async T=2";
+    let measured = measure(runtime, W3Async, impls, ROUNDS);
+    for (implementation, rounds) in measured.each() {
+        let mut late: Vec<u64> = rounds
             .iter()
-            .map(|r| r.requests_per_s)
-            .filter(|r| !r.is_nan())
-            .collect(),
-    );
-    let mut late: Vec<u64> = rounds.iter().flat_map(|r| r.late_us.clone()).collect();
-    late.sort_unstable();
-    let early: usize = rounds.iter().map(|r| r.early).sum();
-    println!(
-        "RESULT W3-async T=2 {name} requests_per_s={rate:.0} timed_out={} late_p50_us={} late_p99_us={} late_max_us={} early={early}",
-        late.len(),
-        percentile(&late, 0.5),
-        percentile(&late, 0.99),
-        late.last().copied().unwrap_or(0),
-    );
-    rate
+            .flat_map(|r| r.outcomes.iter().flat_map(|s| s.late_us.iter().copied()))
+            .collect();
+        late.sort_unstable();
+        let early: usize = rounds
+            .iter()
+            .flat_map(|r| r.outcomes.iter().map(|s| s.early))
+            .sum();
+        println!(
+            "RESULT {label} {} requests_{} timed_out={} late_p50_us={} late_p99_us={} late_max_us={} early={early}",
+            implementation.name(),
+            Measured::rate(rounds),
+            late.len(),
+            percentile(&late, 0.5),
+            percentile(&late, 0.99),
+            late.last().copied().unwrap_or(0),
+        );
+    }
+    measured.print_ratios(label);
+}
+
+/// W7: `timeout(10 s, work)` in a loop, the work ready at once or after one yield.
+#[derive(Clone, Copy)]
+struct W7 {
+    tasks: u64,
+    yield1: bool,
+}
+
+const W7_OPERATIONS_PER_TASK: u64 = 100_000;
+const W7_LIMIT: Duration = Duration::from_secs(10);
+
+impl W7 {
+    fn mode(self) -> &'static str {
+        if self.yield1 { "yield1" } else { "ready" }
+    }
+}
+
+impl Workload for W7 {
+    /// Operations that completed with their own output.
+    type Outcome = u64;
+
+    fn tasks(self) -> u64 {
+        self.tasks
+    }
+
+    fn operations(self) -> u64 {
+        self.tasks * W7_OPERATIONS_PER_TASK
+    }
+
+    async fn task<T: Timeouts>(self, timeouts: Arc<T>, _task: u64) -> u64 {
+        let mut completed = 0;
+        for op in 0..W7_OPERATIONS_PER_TASK {
+            // `black_box`: the floor's loop is not folded away.
+            let output = if self.yield1 {
+                let work = async move {
+                    tokio::task::yield_now().await;
+                    black_box(op)
+                };
+                timeouts.timeout(W7_LIMIT, work).await
+            } else {
+                timeouts
+                    .timeout(W7_LIMIT, async move { black_box(op) })
+                    .await
+            };
+            completed += u64::from(output == Some(op));
+        }
+        completed
+    }
+}
+
+fn w7(runtime: &Runtime, workload: W7, impls: &[Impl]) {
+    let label = format!("W7 T={} mode={}", workload.tasks, workload.mode());
+    let rounds = if workload.tasks == 1 {
+        ROUNDS_ONE_TASK
+    } else {
+        ROUNDS
+    };
+    let measured = measure(runtime, workload, impls, rounds);
+    for (implementation, rounds) in measured.each() {
+        let mut timers = Vec::new();
+        for round in rounds {
+            let completed: u64 = round.outcomes.iter().sum();
+            assert_eq!(
+                completed,
+                workload.operations(),
+                "{}",
+                implementation.name()
+            );
+            if let Some(count) = round.timers {
+                // A ready future needs no timer; a yield must have registered some.
+                assert_eq!(count == 0, !workload.yield1, "{}", implementation.name());
+                timers.push(count as f64);
+            }
+        }
+        let timers = if timers.is_empty() {
+            String::new()
+        } else {
+            format!(" timers={:.0}", median(timers))
+        };
+        println!(
+            "RESULT {label} {} ops_{} ops={}{timers}",
+            implementation.name(),
+            Measured::rate(rounds),
+            workload.operations(),
+        );
+    }
+    measured.print_ratios(&label);
 }
 
 fn main() {
+    let started = Instant::now();
     println!("# load average at start: {}", load_average());
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_time()
         .build()
         .expect("runtime");
-    // FUTURES_ONLY=shardwheel (say) runs one implementation, for a profiler.
     let only = std::env::var("FUTURES_ONLY").unwrap_or_default();
-    let runs = |name: &str| only.is_empty() || only == name;
-    let (mut ours, mut tokio, mut none) = (Vec::new(), Vec::new(), Vec::new());
-    for r in 0..=ROUNDS {
-        if runs(Shardwheel::NAME) {
-            ours.push(round::<Shardwheel>(&runtime, r));
-        }
-        if runs(TokioTimeout::NAME) {
-            tokio.push(round::<TokioTimeout>(&runtime, r));
-        }
-        if runs(NoTimeout::NAME) {
-            none.push(round::<NoTimeout>(&runtime, r));
-        }
-    }
-    for (name, rounds) in [
-        (Shardwheel::NAME, &ours),
-        (TokioTimeout::NAME, &tokio),
-        (NoTimeout::NAME, &none),
-    ] {
-        if !rounds.is_empty() {
-            report(name, rounds);
-        }
-    }
-    if !only.is_empty() {
-        return;
-    }
-    let ratio = median(
-        ours.iter()
-            .zip(&tokio)
-            .skip(1)
-            .map(|(a, b)| a.requests_per_s / b.requests_per_s)
-            .collect(),
+    let impls: Vec<Impl> = Impl::ALL
+        .into_iter()
+        .filter(|i| only.is_empty() || only == i.name())
+        .collect();
+    assert!(
+        !impls.is_empty(),
+        "FUTURES_ONLY={only}: no such implementation"
     );
-    println!("RESULT W3-async T=2 shardwheel vs_tokio-timeout={ratio:.2}");
+    let parts = std::env::var("FUTURES_PARTS").unwrap_or_default();
+    let runs = |part: &str| {
+        parts.is_empty()
+            || parts
+                .split(',')
+                .any(|p| part == p || part.starts_with(&format!("{p}:")))
+    };
+    if runs("W3-async") {
+        w3_async(&runtime, &impls);
+    }
+    for tasks in [64, 1] {
+        for yield1 in [false, true] {
+            let workload = W7 { tasks, yield1 };
+            if runs(&format!("W7:{tasks}:{}", workload.mode())) {
+                w7(&runtime, workload, &impls);
+            }
+        }
+    }
     println!("# load average at end: {}", load_average());
+    println!("# took {:.0} s", started.elapsed().as_secs_f64());
 }
