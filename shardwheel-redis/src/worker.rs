@@ -1,0 +1,684 @@
+//! The worker: claims the next few seconds of jobs into a local shardwheel `Timer`, runs each
+//! at its due time, settles it in Redis.
+//!
+//! Three tasks and the timer's reaper thread:
+//! - the **claimer** visits the shards in turn and runs `claim.lua` on each: it takes back
+//!   expired leases, then leases up to `batch` jobs due within `window` to this worker. The
+//!   reply carries the server's `TIME`, so each job's due time becomes a local `Instant`
+//!   (`reply received + (due - server now)`), never early since the server read its clock
+//!   before the reply arrived. The job goes into the `Timer`. A shard that gave a full batch
+//!   is asked again at once; after a round with none full the claimer sleeps `poll`.
+//! - the timer's reaper fires each job at its instant into a channel; the **dispatcher**
+//!   records lateness and spawns the handler (at most `concurrency` at once);
+//! - the **settler** batches the outcomes per shard into `settle.lua` calls: ack on success,
+//!   fail (retry with backoff, or dead-letter) on an error or a panic, each fenced by the
+//!   lease's token so a worker whose lease expired is refused.
+//!
+//! Why a local wheel: the store only has to be visited once per job and per window, not
+//! polled at the precision wanted; the wheel gives millisecond precision to jobs claimed
+//! seconds ahead, and a burst due in one second is already in memory when it comes.
+//! A graceful [`Worker::stop`] stops claiming, takes the unfired jobs out of the timer and
+//! releases them (back to due, their attempt not counted), waits for running handlers and
+//! settles them. A worker that dies instead leaves its leases to expire: another worker's
+//! claim takes them back `lease` after their due time.
+
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use futures_util::FutureExt;
+use redis::Value;
+use shardwheel::Timer;
+use tokio::sync::{Notify, Semaphore, mpsc, oneshot};
+use tokio::task::JoinHandle;
+
+use crate::conn::Conn;
+use crate::error::Error;
+use crate::queue::{BATCH, Queue};
+use crate::scripts::SCRIPTS;
+use crate::stats::{Counters, Stats};
+
+/// A job handed to the handler.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Job {
+    /// The id it was scheduled with.
+    pub id: String,
+    /// Its payload.
+    pub payload: Vec<u8>,
+    /// When it was due, by the server's clock.
+    pub due: SystemTime,
+    /// This run's attempt, 1 for the first.
+    pub attempt: u32,
+}
+
+/// A claimed job in the local timer.
+struct Claimed {
+    shard: u32,
+    token: u64,
+    due_ms: i64,
+    base: ClaimBase,
+    job: Job,
+}
+
+/// The server's clock at a claim, bracketed by the local instants of request and reply.
+#[derive(Clone, Copy)]
+struct ClaimBase {
+    server_ms: i64,
+    sent: Instant,
+    received: Instant,
+}
+
+/// What happened to a run, for `settle.lua`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Action {
+    Ack,
+    Fail,
+    Release,
+}
+
+struct Settle {
+    shard: u32,
+    id: String,
+    token: u64,
+    action: Action,
+}
+
+/// Options of a worker; [`Worker::builder`] starts one.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// # async fn run(queue: shardwheel_redis::Queue) -> Result<(), shardwheel_redis::Error> {
+/// let worker = shardwheel_redis::Worker::builder()
+///     .window(Duration::from_secs(5))
+///     .lease(Duration::from_secs(30))
+///     .max_attempts(5)
+///     .start(queue, |job| async move {
+///         println!("{} is due", job.id);
+///         Ok::<(), std::io::Error>(())
+///     })?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct WorkerBuilder {
+    window: Duration,
+    lease: Duration,
+    poll: Duration,
+    batch: usize,
+    max_attempts: u32,
+    backoff: Duration,
+    backoff_cap: Duration,
+    max_held: usize,
+    concurrency: usize,
+}
+
+impl Default for WorkerBuilder {
+    fn default() -> Self {
+        WorkerBuilder {
+            window: Duration::from_secs(5),
+            lease: Duration::from_secs(30),
+            poll: Duration::from_millis(100),
+            batch: 1000,
+            max_attempts: 5,
+            backoff: Duration::from_secs(1),
+            backoff_cap: Duration::from_secs(600),
+            max_held: 1_000_000,
+            concurrency: 1024,
+        }
+    }
+}
+
+fn ms(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+impl WorkerBuilder {
+    /// How far ahead of their due time jobs are claimed (default 5 s). Longer absorbs
+    /// bigger bursts and Redis hiccups; shorter leaves jobs to other workers longer.
+    pub fn window(mut self, window: Duration) -> Self {
+        self.window = window;
+        self
+    }
+
+    /// How long after its due time a claim stays this worker's (default 30 s): a handler
+    /// must finish within it, or the job is taken back and run again, and this run's ack
+    /// is refused.
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = lease;
+        self
+    }
+
+    /// How long the claimer sleeps after a round of shards with nothing more to claim
+    /// (default 100 ms): a job scheduled less than this ahead may start up to this late.
+    pub fn poll(mut self, poll: Duration) -> Self {
+        self.poll = poll;
+        self
+    }
+
+    /// Most jobs one claim call takes from a shard (default 1000, at most 10,000).
+    pub fn batch(mut self, batch: usize) -> Self {
+        self.batch = batch;
+        self
+    }
+
+    /// Attempts before a job goes to the dead-letter set (default 5); an expired lease
+    /// counts as one.
+    pub fn max_attempts(mut self, attempts: u32) -> Self {
+        self.max_attempts = attempts;
+        self
+    }
+
+    /// Retry delay after a failed attempt n: `base * 2^(n-1)`, at most `cap` (defaults
+    /// 1 s and 10 min).
+    pub fn backoff(mut self, base: Duration, cap: Duration) -> Self {
+        self.backoff = base;
+        self.backoff_cap = cap;
+        self
+    }
+
+    /// Most jobs held in the local timer at once (default 1,000,000): claiming pauses there.
+    pub fn max_held(mut self, max_held: usize) -> Self {
+        self.max_held = max_held;
+        self
+    }
+
+    /// Most handlers running at once (default 1024).
+    pub fn concurrency(mut self, concurrency: usize) -> Self {
+        self.concurrency = concurrency;
+        self
+    }
+
+    /// Starts the worker on the current tokio runtime: `handler` runs once per delivery,
+    /// at the job's due time; `Ok` acknowledges the job, `Err` (or a panic) fails the
+    /// attempt.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] for a zero window, lease, poll, batch, attempt count, hold
+    /// limit or concurrency, a batch above 10,000, or when called outside a tokio runtime.
+    pub fn start<F, Fut, E>(self, queue: Queue, handler: F) -> Result<Worker, Error>
+    where
+        F: Fn(Job) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), E>> + Send + 'static,
+        E: Send + 'static,
+    {
+        if self.window.is_zero() || self.lease.is_zero() || self.poll.is_zero() {
+            return Err(Error::InvalidConfig(
+                "window, lease and poll must not be zero",
+            ));
+        }
+        if self.batch == 0 || self.batch > 10_000 {
+            return Err(Error::InvalidConfig("batch must be within 1..=10000"));
+        }
+        if self.max_attempts == 0 || self.max_held == 0 || self.concurrency == 0 {
+            return Err(Error::InvalidConfig(
+                "max_attempts, max_held and concurrency must be at least 1",
+            ));
+        }
+        let concurrency = u32::try_from(self.concurrency)
+            .map_err(|_| Error::InvalidConfig("concurrency must fit in 32 bits"))?;
+        let runtime = tokio::runtime::Handle::try_current()
+            .map_err(|_| Error::InvalidConfig("a worker starts inside a tokio runtime"))?;
+        let (fire_tx, fire_rx) = mpsc::unbounded_channel::<Claimed>();
+        let timer = Timer::builder()
+            .shards(1)
+            .pin_threads(false)
+            .max_pending(self.max_held.saturating_add(self.batch))
+            .build_with(move |claimed: Claimed| {
+                // The dispatcher is gone only after stop took the timer's jobs out.
+                let _ = fire_tx.send(claimed);
+            })
+            .map_err(|_| Error::InvalidConfig("the local timer could not start"))?;
+        let shared = Arc::new(Shared {
+            queue,
+            config: self,
+            counters: Counters::default(),
+            stop: Notify::new(),
+            stopping: std::sync::atomic::AtomicBool::new(false),
+        });
+        let timer = Arc::new(timer);
+        let (settle_tx, settle_rx) = mpsc::unbounded_channel::<Settle>();
+        let (timer_done_tx, timer_done_rx) = oneshot::channel();
+        let claimer = runtime.spawn(claim_loop(
+            Arc::clone(&shared),
+            Arc::clone(&timer),
+            settle_tx.clone(),
+        ));
+        let dispatcher = runtime.spawn(dispatch_loop(
+            Arc::clone(&shared),
+            fire_rx,
+            timer_done_rx,
+            settle_tx.clone(),
+            Arc::new(handler),
+            concurrency,
+        ));
+        let settler = runtime.spawn(settle_loop(Arc::clone(&shared), settle_rx));
+        Ok(Worker {
+            shared,
+            timer: Some(timer),
+            tasks: Some(Tasks {
+                claimer,
+                dispatcher,
+                settler,
+                settle_tx,
+                timer_done_tx,
+            }),
+        })
+    }
+}
+
+struct Shared {
+    queue: Queue,
+    config: WorkerBuilder,
+    counters: Counters,
+    stop: Notify,
+    stopping: std::sync::atomic::AtomicBool,
+}
+
+struct Tasks {
+    claimer: JoinHandle<()>,
+    dispatcher: JoinHandle<()>,
+    settler: JoinHandle<()>,
+    settle_tx: mpsc::UnboundedSender<Settle>,
+    timer_done_tx: oneshot::Sender<()>,
+}
+
+/// A running worker. [`stop`](Self::stop) it to give its unrun claims back at once;
+/// dropping it stops claiming and drops its claims, which come back after their lease.
+///
+/// # Guarantee
+///
+/// At-least-once: each job runs at or after its due time by the server's clock, under one
+/// live lease at a time, until a run is acknowledged; it runs again only after a worker
+/// died, stalled past its lease, released it, or failed it. Handlers must be idempotent.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn run() -> Result<(), shardwheel_redis::Error> {
+/// let queue = shardwheel_redis::Queue::connect("redis://127.0.0.1:6379", "emails").await?;
+/// let worker = shardwheel_redis::Worker::builder().start(queue, |job| async move {
+///     println!("sending {}", String::from_utf8_lossy(&job.payload));
+///     Ok::<(), std::io::Error>(())
+/// })?;
+/// tokio::signal::ctrl_c().await.ok();
+/// let stats = worker.stop().await;
+/// println!("{stats}");
+/// # Ok(()) }
+/// ```
+pub struct Worker {
+    shared: Arc<Shared>,
+    timer: Option<Arc<Timer<Claimed>>>,
+    tasks: Option<Tasks>,
+}
+
+impl std::fmt::Debug for Worker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Worker")
+            .field("queue", &self.shared.queue)
+            .field("config", &self.shared.config)
+            .finish()
+    }
+}
+
+impl Worker {
+    /// Options for a worker; see [`WorkerBuilder`].
+    pub fn builder() -> WorkerBuilder {
+        WorkerBuilder::default()
+    }
+
+    /// A snapshot of the worker's counts and lateness.
+    pub fn stats(&self) -> Stats {
+        self.shared.counters.snapshot()
+    }
+
+    /// Stops gracefully: no more claims; the jobs waiting in the local timer are released
+    /// (back to due at their due time, the attempt not counted); running handlers finish and
+    /// are settled. Returns the final statistics.
+    ///
+    /// ```no_run
+    /// # async fn run(worker: shardwheel_redis::Worker) {
+    /// let stats = worker.stop().await;
+    /// assert_eq!(stats.held, 0);
+    /// # }
+    /// ```
+    pub async fn stop(mut self) -> Stats {
+        self.shutdown().await;
+        self.stats()
+    }
+
+    async fn shutdown(&mut self) {
+        let Some(tasks) = self.tasks.take() else {
+            return;
+        };
+        self.shared
+            .stopping
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        self.shared.stop.notify_one();
+        let _ = tasks.claimer.await;
+        if let Some(timer) = self.timer.take() {
+            let unfired = timer.shutdown();
+            Counters::add(
+                &self.shared.counters.held,
+                0u64.wrapping_sub(unfired.len() as u64),
+            );
+            for claimed in unfired {
+                let _ = tasks.settle_tx.send(Settle {
+                    shard: claimed.shard,
+                    id: claimed.job.id,
+                    token: claimed.token,
+                    action: Action::Release,
+                });
+            }
+        }
+        let _ = tasks.timer_done_tx.send(());
+        let _ = tasks.dispatcher.await;
+        drop(tasks.settle_tx);
+        let _ = tasks.settler.await;
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        if let Some(tasks) = self.tasks.take() {
+            self.shared
+                .stopping
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+            self.shared.stop.notify_one();
+            let _ = tasks.timer_done_tx.send(());
+        }
+    }
+}
+
+fn int(value: &Value) -> Option<i64> {
+    match value {
+        Value::Int(n) => Some(*n),
+        Value::BulkString(bytes) => std::str::from_utf8(bytes).ok()?.parse().ok(),
+        _ => None,
+    }
+}
+
+fn bytes(value: Value) -> Option<Vec<u8>> {
+    match value {
+        Value::BulkString(bytes) => Some(bytes),
+        Value::SimpleString(text) => Some(text.into_bytes()),
+        _ => None,
+    }
+}
+
+/// Parses a claim reply: {now, {id, due, token, attempt, payload, ...}, reaped}.
+fn parse_claim(reply: Value) -> Option<(i64, Vec<(String, i64, u64, u32, Vec<u8>)>, u64)> {
+    let Value::Array(mut parts) = reply else {
+        return None;
+    };
+    if parts.len() != 3 {
+        return None;
+    }
+    let reaped = int(&parts[2])?;
+    let now = int(&parts[0])?;
+    let Value::Array(flat) = std::mem::replace(&mut parts[1], Value::Nil) else {
+        return None;
+    };
+    let mut jobs = Vec::with_capacity(flat.len() / 5);
+    let mut items = flat.into_iter();
+    while let Some(id) = items.next() {
+        let id = String::from_utf8(bytes(id)?).ok()?;
+        let due = int(&items.next()?)?;
+        let token = u64::try_from(int(&items.next()?)?).ok()?;
+        let attempt = u32::try_from(int(&items.next()?)?).ok()?;
+        let payload = bytes(items.next()?)?;
+        jobs.push((id, due, token, attempt, payload));
+    }
+    Some((now, jobs, u64::try_from(reaped).ok()?))
+}
+
+async fn claim_loop(
+    shared: Arc<Shared>,
+    timer: Arc<Timer<Claimed>>,
+    settle_tx: mpsc::UnboundedSender<Settle>,
+) {
+    let queue = &shared.queue;
+    let config = &shared.config;
+    let counters = &shared.counters;
+    let mut conn: Conn = queue.conn();
+    let shards = queue.shards();
+    let mut start = 0;
+    loop {
+        if shared.stopping.load(std::sync::atomic::Ordering::Relaxed) {
+            return;
+        }
+        let mut full = false;
+        for offset in 0..shards {
+            let shard = (start + offset) % shards;
+            let held = counters.held.load(std::sync::atomic::Ordering::Relaxed) as usize;
+            let room = config.max_held.saturating_sub(held).min(config.batch);
+            if room == 0 {
+                break;
+            }
+            let keys = queue.keys(shard);
+            let mut invocation = SCRIPTS.claim.prepare_invoke();
+            invocation
+                .key(&keys.due)
+                .key(&keys.lease)
+                .key(&keys.tok)
+                .key(&keys.dead)
+                .key(&keys.seq)
+                .key(&keys.att)
+                .arg(&keys.payload_prefix)
+                .arg(shards)
+                .arg(queue.buckets())
+                .arg(ms(config.window))
+                .arg(ms(config.lease))
+                .arg(room)
+                .arg(config.batch)
+                .arg(config.max_attempts);
+            let sent = Instant::now();
+            let reply: Value = match invocation.invoke_async(&mut conn).await {
+                Ok(reply) => reply,
+                Err(_) => {
+                    Counters::add(&counters.errors, 1);
+                    continue;
+                }
+            };
+            let received = Instant::now();
+            let Some((server_ms, jobs, reaped)) = parse_claim(reply) else {
+                Counters::add(&counters.errors, 1);
+                continue;
+            };
+            Counters::add(&counters.reaped, reaped);
+            Counters::add(&counters.claimed, jobs.len() as u64);
+            full |= jobs.len() == room;
+            let base = ClaimBase {
+                server_ms,
+                sent,
+                received,
+            };
+            for (id, due_ms, token, attempt, payload) in jobs {
+                let ahead = Duration::from_millis(due_ms.saturating_sub(server_ms).max(0) as u64);
+                let claimed = Claimed {
+                    shard,
+                    token,
+                    due_ms,
+                    base,
+                    job: Job {
+                        id,
+                        payload,
+                        due: UNIX_EPOCH + Duration::from_millis(due_ms.max(0) as u64),
+                        attempt,
+                    },
+                };
+                Counters::add(&counters.held, 1);
+                if let Err(refused) = timer.insert_at(received + ahead, claimed) {
+                    Counters::add(&counters.held, 0u64.wrapping_sub(1));
+                    let claimed = refused.into_inner();
+                    let _ = settle_tx.send(Settle {
+                        shard: claimed.shard,
+                        id: claimed.job.id,
+                        token: claimed.token,
+                        action: Action::Release,
+                    });
+                }
+            }
+        }
+        start = (start + 1) % shards;
+        if !full {
+            tokio::select! {
+                () = tokio::time::sleep(config.poll) => {}
+                () = shared.stop.notified() => return,
+            }
+        }
+    }
+}
+
+async fn dispatch_loop<F, Fut, E>(
+    shared: Arc<Shared>,
+    mut fire_rx: mpsc::UnboundedReceiver<Claimed>,
+    mut timer_done: oneshot::Receiver<()>,
+    settle_tx: mpsc::UnboundedSender<Settle>,
+    handler: Arc<F>,
+    concurrency: u32,
+) where
+    F: Fn(Job) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<(), E>> + Send + 'static,
+    E: Send + 'static,
+{
+    let permits = Arc::new(Semaphore::new(concurrency as usize));
+    let mut done = false;
+    loop {
+        let claimed = if done {
+            match fire_rx.try_recv() {
+                Ok(claimed) => claimed,
+                Err(_) => break,
+            }
+        } else {
+            tokio::select! {
+                claimed = fire_rx.recv() => match claimed {
+                    Some(claimed) => claimed,
+                    None => break,
+                },
+                _ = &mut timer_done => {
+                    done = true;
+                    continue;
+                }
+            }
+        };
+        let counters = &shared.counters;
+        Counters::add(&counters.held, 0u64.wrapping_sub(1));
+        Counters::add(&counters.delivered, 1);
+        let started = Instant::now();
+        // Server time now lies within [server_ms + (started - received),
+        // server_ms + (started - sent)]: record the upper end, count early on the lower.
+        let base = claimed.base;
+        let low = base.server_ms as i128 * 1_000_000
+            + started.duration_since(base.received).as_nanos() as i128;
+        let high = base.server_ms as i128 * 1_000_000
+            + started.duration_since(base.sent).as_nanos() as i128;
+        let due = claimed.due_ms as i128 * 1_000_000;
+        if low < due {
+            Counters::add(&counters.early, 1);
+        }
+        counters.record_lateness(Duration::from_nanos((high - due).max(0) as u64));
+        let Ok(permit) = Arc::clone(&permits).acquire_owned().await else {
+            break;
+        };
+        let run = handler(claimed.job.clone());
+        let settle_tx = settle_tx.clone();
+        tokio::spawn(async move {
+            let outcome = AssertUnwindSafe(run).catch_unwind().await;
+            let action = match outcome {
+                Ok(Ok(())) => Action::Ack,
+                _ => Action::Fail,
+            };
+            let _ = settle_tx.send(Settle {
+                shard: claimed.shard,
+                id: claimed.job.id,
+                token: claimed.token,
+                action,
+            });
+            drop(permit);
+        });
+    }
+    // Every handler holds a permit until it has sent its outcome.
+    let _ = permits.acquire_many(concurrency).await;
+}
+
+async fn settle_loop(shared: Arc<Shared>, mut settle_rx: mpsc::UnboundedReceiver<Settle>) {
+    let queue = &shared.queue;
+    let config = &shared.config;
+    let counters = &shared.counters;
+    let shards = queue.shards() as usize;
+    let mut pending: Vec<Vec<Settle>> = (0..shards).map(|_| Vec::new()).collect();
+    while let Some(first) = settle_rx.recv().await {
+        pending[first.shard as usize].push(first);
+        let mut taken = 1;
+        while taken < 16 * BATCH {
+            match settle_rx.try_recv() {
+                Ok(settle) => {
+                    pending[settle.shard as usize].push(settle);
+                    taken += 1;
+                }
+                Err(_) => break,
+            }
+        }
+        let mut calls = Vec::new();
+        for (shard, settles) in pending.iter_mut().enumerate() {
+            if settles.is_empty() {
+                continue;
+            }
+            let batch = std::mem::take(settles);
+            let keys = queue.keys(shard as u32);
+            let mut conn = queue.conn();
+            calls.push(async move {
+                for chunk in batch.chunks(BATCH) {
+                    let mut invocation = SCRIPTS.settle.prepare_invoke();
+                    invocation
+                        .key(&keys.due)
+                        .key(&keys.lease)
+                        .key(&keys.tok)
+                        .key(&keys.dead)
+                        .key(&keys.att)
+                        .arg(&keys.payload_prefix)
+                        .arg(shards)
+                        .arg(queue.buckets())
+                        .arg(config.max_attempts)
+                        .arg(ms(config.backoff))
+                        .arg(ms(config.backoff_cap));
+                    for settle in chunk {
+                        let action = match settle.action {
+                            Action::Ack => "a",
+                            Action::Fail => "f",
+                            Action::Release => "r",
+                        };
+                        invocation.arg(&settle.id).arg(settle.token).arg(action);
+                    }
+                    let mut results: Option<Vec<i64>> = None;
+                    // One retry: a settle is fenced, so repeating it is harmless.
+                    for _ in 0..2 {
+                        match invocation.invoke_async::<Vec<i64>>(&mut conn).await {
+                            Ok(ok) => {
+                                results = Some(ok);
+                                break;
+                            }
+                            Err(_) => {
+                                Counters::add(&counters.errors, 1);
+                                tokio::time::sleep(Duration::from_millis(100)).await;
+                            }
+                        }
+                    }
+                    let Some(results) = results else { continue };
+                    for (settle, result) in chunk.iter().zip(results) {
+                        let counter = match (settle.action, result) {
+                            (_, 0) => &counters.refused,
+                            (Action::Ack, _) => &counters.acked,
+                            (Action::Fail, 2) => &counters.dead_lettered,
+                            (Action::Fail, _) => &counters.retried,
+                            (Action::Release, _) => &counters.released,
+                        };
+                        Counters::add(counter, 1);
+                    }
+                }
+            });
+        }
+        futures_util::future::join_all(calls).await;
+    }
+}
