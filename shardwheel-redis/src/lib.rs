@@ -40,6 +40,8 @@ mod conn;
 mod error;
 mod keys;
 mod queue;
+#[cfg(test)]
+mod script_tests;
 mod scripts;
 mod stats;
 mod worker;

@@ -407,7 +407,9 @@ fn bytes(value: Value) -> Option<Vec<u8>> {
 }
 
 /// Parses a claim reply: {now, {id, due, token, attempt, payload, ...}, reaped}.
-fn parse_claim(reply: Value) -> Option<(i64, Vec<(String, i64, u64, u32, Vec<u8>)>, u64)> {
+pub(crate) fn parse_claim(
+    reply: Value,
+) -> Option<(i64, Vec<(String, i64, u64, u32, Vec<u8>)>, u64)> {
     let Value::Array(mut parts) = reply else {
         return None;
     };
