@@ -74,7 +74,7 @@ impl When {
 }
 
 /// What [`Queue::cancel`] found.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Cancelled {
     /// The job was pending: it will never run.
     Pending,
@@ -87,7 +87,7 @@ pub enum Cancelled {
 }
 
 /// What [`Queue::reschedule`] found before moving the job.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Rescheduled {
     /// The job was pending; it now waits for its new time.
     Pending,
