@@ -226,6 +226,8 @@ pub struct Run {
     pub id: String,
     pub attempt: u32,
     pub due_ms: u64,
+    /// Start minus due time by the worker's own wall clock, in microseconds.
+    pub late_us: u64,
 }
 
 pub struct WorkerProcess {
@@ -323,6 +325,7 @@ pub fn parse_run(line: &str) -> Run {
         id: parts[1].to_owned(),
         attempt: parts[2].parse().unwrap(),
         due_ms: parts[3].parse().unwrap(),
+        late_us: parts[4].parse().unwrap(),
     }
 }
 
