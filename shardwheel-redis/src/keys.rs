@@ -64,8 +64,13 @@ mod tests {
 
     #[test]
     fn hash_mixes_high_bits_into_the_shard() {
-        // Java's string hash of "ab" is 97 * 31 + 98 = 3105.
-        assert_eq!(hash(b"ab"), 3105 ^ (3105 >> 15));
+        // Java's string hash of "ab" is 97 * 31 + 98 = 3105 (< 2^15: the xor changes nothing).
+        assert_eq!(hash(b"ab"), 3105);
+        let long = hash(b"a long id, longer than a few bytes");
+        let java = b"a long id, longer than a few bytes"
+            .iter()
+            .fold(0u32, |h, &b| h.wrapping_mul(31).wrapping_add(u32::from(b)));
+        assert_eq!(long, java ^ (java >> 15));
         assert_eq!(hash(b""), 0);
         // Sequential ids spread over 16 shards: none gets less than half its share.
         let mut counts = [0u32; 16];

@@ -23,7 +23,6 @@ async fn queue(server: &support::Server, name: &str) -> Queue {
 
 /// Runs claim.lua on the shard of `id`: (server now, [(id, due, token, attempt, payload)],
 /// reaped).
-#[allow(clippy::type_complexity)]
 async fn claim(
     queue: &Queue,
     shard: u32,
@@ -31,7 +30,7 @@ async fn claim(
     lease_ms: u64,
     max: usize,
     max_attempts: u32,
-) -> (i64, Vec<(String, i64, u64, u32, Vec<u8>)>, u64) {
+) -> (i64, Vec<crate::worker::ClaimedRow>, u64) {
     let keys = queue.keys(shard);
     let reply: Value = SCRIPTS
         .claim

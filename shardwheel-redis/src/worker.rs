@@ -406,10 +406,11 @@ fn bytes(value: Value) -> Option<Vec<u8>> {
     }
 }
 
+/// One claimed job as the claim script returns it: id, due ms, token, attempt, payload.
+pub(crate) type ClaimedRow = (String, i64, u64, u32, Vec<u8>);
+
 /// Parses a claim reply: {now, {id, due, token, attempt, payload, ...}, reaped}.
-pub(crate) fn parse_claim(
-    reply: Value,
-) -> Option<(i64, Vec<(String, i64, u64, u32, Vec<u8>)>, u64)> {
+pub(crate) fn parse_claim(reply: Value) -> Option<(i64, Vec<ClaimedRow>, u64)> {
     let Value::Array(mut parts) = reply else {
         return None;
     };

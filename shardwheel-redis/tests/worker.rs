@@ -157,11 +157,13 @@ async fn failures_and_panics_retry_with_backoff_then_dead_letter() {
         (stats.retried, stats.dead_lettered, stats.acked),
         (40, 20, 0)
     );
-    let seen = seen.lock().unwrap();
-    assert!(
-        seen.values().all(|attempts| attempts == &[1, 2, 3]),
-        "{seen:?}"
-    );
+    {
+        let seen = seen.lock().unwrap();
+        assert!(
+            seen.values().all(|attempts| attempts == &[1, 2, 3]),
+            "{seen:?}"
+        );
+    }
     let (state, _) = queue.status("f4").await.unwrap().unwrap();
     assert!(matches!(
         state,

@@ -240,8 +240,11 @@ impl WorkerProcess {
     /// Starts the worker binary with `args` (after `--url` and `--queue`), with `env` set,
     /// and waits for its READY line; returns it with (server ms, local ms) from that line.
     pub fn start(url: &str, queue: &str, args: &[&str], env: &[(&str, &str)]) -> (Self, u64, u64) {
-        let binary = option_env!("CARGO_BIN_EXE_shardwheel-redis-worker")
-            .expect("integration tests know the worker binary");
+        // Integration tests know the worker binary; the unit tests that share this fixture
+        // never start one.
+        let Some(binary) = option_env!("CARGO_BIN_EXE_shardwheel-redis-worker") else {
+            panic!("the worker binary is only known to integration tests");
+        };
         let mut command = Command::new(binary);
         command
             .args(["--url", url, "--queue", queue])
