@@ -33,20 +33,24 @@
 //! of a shard share a hash tag so a script touches one cluster slot. Per shard: a `due`
 //! sorted set (id by due time), a `lease` sorted set (id by lease expiry) with a fencing
 //! token per claim, a `dead` sorted set, and the payloads spread over small hashes. Modules:
-//! `keys` (layout and id hash), `scripts`, `queue` (the producer API), `worker` (claim, fire,
-//! settle), `stats`, `error`, `conn`.
+//! `keys` (layout and id hash), `scripts`, `queue` (the producer API), `job` (its values), `worker` (the handler's
+//! side), `claim`, `settle`, `stats`, `error`, `conn`.
 
+mod claim;
 mod conn;
 mod error;
+mod job;
 mod keys;
 mod queue;
 #[cfg(test)]
 mod script_tests;
 mod scripts;
+mod settle;
 mod stats;
 mod worker;
 
 pub use error::Error;
-pub use queue::{Cancelled, Counts, JobState, MAX_ID_LEN, Queue, QueueBuilder, Rescheduled, When};
+pub use job::{Cancelled, Counts, JobState, Rescheduled, When};
+pub use queue::{MAX_ID_LEN, Queue, QueueBuilder};
 pub use stats::Stats;
 pub use worker::{Job, Worker, WorkerBuilder};

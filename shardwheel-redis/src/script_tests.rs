@@ -5,8 +5,9 @@ use std::time::Duration;
 
 use redis::Value;
 
+use crate::job::{Cancelled, JobState, Rescheduled, When};
 use crate::keys::{ShardKeys, hash, shard_of};
-use crate::queue::{Cancelled, JobState, Queue, Rescheduled, When};
+use crate::queue::Queue;
 use crate::scripts::SCRIPTS;
 
 #[path = "../tests/support/mod.rs"]
@@ -30,7 +31,7 @@ async fn claim(
     lease_ms: u64,
     max: usize,
     max_attempts: u32,
-) -> (i64, Vec<crate::worker::ClaimedRow>, u64) {
+) -> (i64, Vec<crate::claim::ClaimedRow>, u64) {
     let keys = queue.keys(shard);
     let reply: Value = SCRIPTS
         .claim
@@ -51,7 +52,7 @@ async fn claim(
         .invoke_async(&mut queue.conn())
         .await
         .unwrap();
-    crate::worker::parse_claim(reply).expect("a well-formed claim reply")
+    crate::claim::parse_claim(reply).expect("a well-formed claim reply")
 }
 
 async fn settle(

@@ -25,18 +25,17 @@
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime};
 
 use futures_util::FutureExt;
-use redis::Value;
 use shardwheel::Timer;
 use tokio::sync::{Notify, Semaphore, mpsc, oneshot};
 use tokio::task::JoinHandle;
 
-use crate::conn::Conn;
+use crate::claim::{Claimed, claim_loop};
 use crate::error::Error;
-use crate::queue::{BATCH, Queue};
-use crate::scripts::SCRIPTS;
+use crate::queue::Queue;
+use crate::settle::{Action, Settle, settle_loop};
 use crate::stats::{Counters, Stats};
 
 /// A job handed to the handler.
@@ -50,38 +49,6 @@ pub struct Job {
     pub due: SystemTime,
     /// This run's attempt, 1 for the first.
     pub attempt: u32,
-}
-
-/// A claimed job in the local timer.
-struct Claimed {
-    shard: u32,
-    token: u64,
-    due_ms: i64,
-    base: ClaimBase,
-    job: Job,
-}
-
-/// The server's clock at a claim, bracketed by the local instants of request and reply.
-#[derive(Clone, Copy)]
-struct ClaimBase {
-    server_ms: i64,
-    sent: Instant,
-    received: Instant,
-}
-
-/// What happened to a run, for `settle.lua`.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Action {
-    Ack,
-    Fail,
-    Release,
-}
-
-struct Settle {
-    shard: u32,
-    id: String,
-    token: u64,
-    action: Action,
 }
 
 /// Options of a worker; [`Worker::builder`] starts one.
@@ -101,15 +68,15 @@ struct Settle {
 /// ```
 #[derive(Clone, Debug)]
 pub struct WorkerBuilder {
-    window: Duration,
-    lease: Duration,
-    poll: Duration,
-    batch: usize,
-    max_attempts: u32,
-    backoff: Duration,
-    backoff_cap: Duration,
-    max_held: usize,
-    concurrency: usize,
+    pub(crate) window: Duration,
+    pub(crate) lease: Duration,
+    pub(crate) poll: Duration,
+    pub(crate) batch: usize,
+    pub(crate) max_attempts: u32,
+    pub(crate) backoff: Duration,
+    pub(crate) backoff_cap: Duration,
+    pub(crate) max_held: usize,
+    pub(crate) concurrency: usize,
 }
 
 impl Default for WorkerBuilder {
@@ -128,7 +95,7 @@ impl Default for WorkerBuilder {
     }
 }
 
-fn ms(duration: Duration) -> u64 {
+pub(crate) fn ms(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
@@ -155,7 +122,7 @@ impl WorkerBuilder {
         self
     }
 
-    /// Most jobs one claim call takes from a shard (default 1000, at most 10,000).
+    /// Most jobs one claim call takes from a shard (default 1000, at most 3000).
     pub fn batch(mut self, batch: usize) -> Self {
         self.batch = batch;
         self
@@ -207,8 +174,8 @@ impl WorkerBuilder {
                 "window, lease and poll must not be zero",
             ));
         }
-        if self.batch == 0 || self.batch > 10_000 {
-            return Err(Error::InvalidConfig("batch must be within 1..=10000"));
+        if self.batch == 0 || self.batch > 3_000 {
+            return Err(Error::InvalidConfig("batch must be within 1..=3000"));
         }
         if self.max_attempts == 0 || self.max_held == 0 || self.concurrency == 0 {
             return Err(Error::InvalidConfig(
@@ -223,7 +190,10 @@ impl WorkerBuilder {
         let timer = Timer::builder()
             .shards(1)
             .pin_threads(false)
-            .max_pending(self.max_held.saturating_add(self.batch))
+            .max_pending(
+                self.max_held
+                    .saturating_add(self.batch.saturating_mul(queue.shards() as usize)),
+            )
             .build_with(move |claimed: Claimed| {
                 // The dispatcher is gone only after stop took the timer's jobs out.
                 let _ = fire_tx.send(claimed);
@@ -267,12 +237,12 @@ impl WorkerBuilder {
     }
 }
 
-struct Shared {
-    queue: Queue,
-    config: WorkerBuilder,
-    counters: Counters,
-    stop: Notify,
-    stopping: std::sync::atomic::AtomicBool,
+pub(crate) struct Shared {
+    pub(crate) queue: Queue,
+    pub(crate) config: WorkerBuilder,
+    pub(crate) counters: Counters,
+    pub(crate) stop: Notify,
+    pub(crate) stopping: std::sync::atomic::AtomicBool,
 }
 
 struct Tasks {
@@ -390,149 +360,6 @@ impl Drop for Worker {
     }
 }
 
-fn int(value: &Value) -> Option<i64> {
-    match value {
-        Value::Int(n) => Some(*n),
-        Value::BulkString(bytes) => std::str::from_utf8(bytes).ok()?.parse().ok(),
-        _ => None,
-    }
-}
-
-fn bytes(value: Value) -> Option<Vec<u8>> {
-    match value {
-        Value::BulkString(bytes) => Some(bytes),
-        Value::SimpleString(text) => Some(text.into_bytes()),
-        _ => None,
-    }
-}
-
-/// One claimed job as the claim script returns it: id, due ms, token, attempt, payload.
-pub(crate) type ClaimedRow = (String, i64, u64, u32, Vec<u8>);
-
-/// Parses a claim reply: {now, {id, due, token, attempt, payload, ...}, reaped}.
-pub(crate) fn parse_claim(reply: Value) -> Option<(i64, Vec<ClaimedRow>, u64)> {
-    let Value::Array(mut parts) = reply else {
-        return None;
-    };
-    if parts.len() != 3 {
-        return None;
-    }
-    let reaped = int(&parts[2])?;
-    let now = int(&parts[0])?;
-    let Value::Array(flat) = std::mem::replace(&mut parts[1], Value::Nil) else {
-        return None;
-    };
-    let mut jobs = Vec::with_capacity(flat.len() / 5);
-    let mut items = flat.into_iter();
-    while let Some(id) = items.next() {
-        let id = String::from_utf8(bytes(id)?).ok()?;
-        let due = int(&items.next()?)?;
-        let token = u64::try_from(int(&items.next()?)?).ok()?;
-        let attempt = u32::try_from(int(&items.next()?)?).ok()?;
-        let payload = bytes(items.next()?)?;
-        jobs.push((id, due, token, attempt, payload));
-    }
-    Some((now, jobs, u64::try_from(reaped).ok()?))
-}
-
-async fn claim_loop(
-    shared: Arc<Shared>,
-    timer: Arc<Timer<Claimed>>,
-    settle_tx: mpsc::UnboundedSender<Settle>,
-) {
-    let queue = &shared.queue;
-    let config = &shared.config;
-    let counters = &shared.counters;
-    let mut conn: Conn = queue.conn();
-    let shards = queue.shards();
-    let mut start = 0;
-    loop {
-        if shared.stopping.load(std::sync::atomic::Ordering::Relaxed) {
-            return;
-        }
-        let mut full = false;
-        for offset in 0..shards {
-            let shard = (start + offset) % shards;
-            let held = counters.held.load(std::sync::atomic::Ordering::Relaxed) as usize;
-            let room = config.max_held.saturating_sub(held).min(config.batch);
-            if room == 0 {
-                break;
-            }
-            let keys = queue.keys(shard);
-            let mut invocation = SCRIPTS.claim.prepare_invoke();
-            invocation
-                .key(&keys.due)
-                .key(&keys.lease)
-                .key(&keys.tok)
-                .key(&keys.dead)
-                .key(&keys.seq)
-                .key(&keys.att)
-                .arg(&keys.payload_prefix)
-                .arg(shards)
-                .arg(queue.buckets())
-                .arg(ms(config.window))
-                .arg(ms(config.lease))
-                .arg(room)
-                .arg(config.batch)
-                .arg(config.max_attempts);
-            let sent = Instant::now();
-            let reply: Value = match invocation.invoke_async(&mut conn).await {
-                Ok(reply) => reply,
-                Err(_) => {
-                    Counters::add(&counters.errors, 1);
-                    continue;
-                }
-            };
-            let received = Instant::now();
-            let Some((server_ms, jobs, reaped)) = parse_claim(reply) else {
-                Counters::add(&counters.errors, 1);
-                continue;
-            };
-            Counters::add(&counters.reaped, reaped);
-            Counters::add(&counters.claimed, jobs.len() as u64);
-            full |= jobs.len() == room;
-            let base = ClaimBase {
-                server_ms,
-                sent,
-                received,
-            };
-            for (id, due_ms, token, attempt, payload) in jobs {
-                let ahead = Duration::from_millis(due_ms.saturating_sub(server_ms).max(0) as u64);
-                let claimed = Claimed {
-                    shard,
-                    token,
-                    due_ms,
-                    base,
-                    job: Job {
-                        id,
-                        payload,
-                        due: UNIX_EPOCH + Duration::from_millis(due_ms.max(0) as u64),
-                        attempt,
-                    },
-                };
-                Counters::add(&counters.held, 1);
-                if let Err(refused) = timer.insert_at(received + ahead, claimed) {
-                    Counters::add(&counters.held, 0u64.wrapping_sub(1));
-                    let claimed = refused.into_inner();
-                    let _ = settle_tx.send(Settle {
-                        shard: claimed.shard,
-                        id: claimed.job.id,
-                        token: claimed.token,
-                        action: Action::Release,
-                    });
-                }
-            }
-        }
-        start = (start + 1) % shards;
-        if !full {
-            tokio::select! {
-                () = tokio::time::sleep(config.poll) => {}
-                () = shared.stop.notified() => return,
-            }
-        }
-    }
-}
-
 async fn dispatch_loop<F, Fut, E>(
     shared: Arc<Shared>,
     mut fire_rx: mpsc::UnboundedReceiver<Claimed>,
@@ -603,85 +430,4 @@ async fn dispatch_loop<F, Fut, E>(
     }
     // Every handler holds a permit until it has sent its outcome.
     let _ = permits.acquire_many(concurrency).await;
-}
-
-async fn settle_loop(shared: Arc<Shared>, mut settle_rx: mpsc::UnboundedReceiver<Settle>) {
-    let queue = &shared.queue;
-    let config = &shared.config;
-    let counters = &shared.counters;
-    let shards = queue.shards() as usize;
-    let mut pending: Vec<Vec<Settle>> = (0..shards).map(|_| Vec::new()).collect();
-    while let Some(first) = settle_rx.recv().await {
-        pending[first.shard as usize].push(first);
-        let mut taken = 1;
-        while taken < 16 * BATCH {
-            match settle_rx.try_recv() {
-                Ok(settle) => {
-                    pending[settle.shard as usize].push(settle);
-                    taken += 1;
-                }
-                Err(_) => break,
-            }
-        }
-        let mut calls = Vec::new();
-        for (shard, settles) in pending.iter_mut().enumerate() {
-            if settles.is_empty() {
-                continue;
-            }
-            let batch = std::mem::take(settles);
-            let keys = queue.keys(shard as u32);
-            let mut conn = queue.conn();
-            calls.push(async move {
-                for chunk in batch.chunks(BATCH) {
-                    let mut invocation = SCRIPTS.settle.prepare_invoke();
-                    invocation
-                        .key(&keys.due)
-                        .key(&keys.lease)
-                        .key(&keys.tok)
-                        .key(&keys.dead)
-                        .key(&keys.att)
-                        .arg(&keys.payload_prefix)
-                        .arg(shards)
-                        .arg(queue.buckets())
-                        .arg(config.max_attempts)
-                        .arg(ms(config.backoff))
-                        .arg(ms(config.backoff_cap));
-                    for settle in chunk {
-                        let action = match settle.action {
-                            Action::Ack => "a",
-                            Action::Fail => "f",
-                            Action::Release => "r",
-                        };
-                        invocation.arg(&settle.id).arg(settle.token).arg(action);
-                    }
-                    let mut results: Option<Vec<i64>> = None;
-                    // One retry: a settle is fenced, so repeating it is harmless.
-                    for _ in 0..2 {
-                        match invocation.invoke_async::<Vec<i64>>(&mut conn).await {
-                            Ok(ok) => {
-                                results = Some(ok);
-                                break;
-                            }
-                            Err(_) => {
-                                Counters::add(&counters.errors, 1);
-                                tokio::time::sleep(Duration::from_millis(100)).await;
-                            }
-                        }
-                    }
-                    let Some(results) = results else { continue };
-                    for (settle, result) in chunk.iter().zip(results) {
-                        let counter = match (settle.action, result) {
-                            (_, 0) => &counters.refused,
-                            (Action::Ack, _) => &counters.acked,
-                            (Action::Fail, 2) => &counters.dead_lettered,
-                            (Action::Fail, _) => &counters.retried,
-                            (Action::Release, _) => &counters.released,
-                        };
-                        Counters::add(counter, 1);
-                    }
-                }
-            });
-        }
-        futures_util::future::join_all(calls).await;
-    }
 }

@@ -268,11 +268,15 @@ async fn worker_processes_racing_claims_run_each_job_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_whose_clock_is_off_by_minutes_delivers_by_the_servers_clock() {
-    let faketime = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
-    assert!(
-        std::path::Path::new(faketime).exists(),
-        "libfaketime is needed (apt-get install faketime) to skew a worker's clock"
-    );
+    // Debian's faketime package puts it under the architecture's library directory.
+    let faketime = std::fs::read_dir("/usr/lib")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|entry| entry.path().join("faketime/libfaketime.so.1"))
+        .find(|path| path.exists())
+        .expect("libfaketime is needed (apt-get install faketime) to skew a worker's clock");
+    let faketime = faketime.to_str().unwrap();
     let server = Server::start();
     let url = server.url();
     let queue = Queue::connect(&url, "skew").await.unwrap();

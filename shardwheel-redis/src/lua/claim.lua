@@ -15,7 +15,9 @@
 -- A job is in exactly one of due, lease, dead at any time, and only the holder of its
 -- current token can ack, fail or release it.
 -- Returns {now, {id, due, token, attempt, payload, ...}, reaped count}.
--- Bound: O((reap + claim) log N), both capped by the arguments (the client uses <= 1000).
+-- Bound: O((reap + claim) log N), both capped by the arguments (the client allows at most
+-- 3000 claims, so the variadic calls stay within Lua's stack); about one redis call per
+-- claimed job (its payload) plus a few per batch.
 -- bucket(prefix, id, shards, buckets) is prepended from bucket.lua when loaded (scripts.rs).
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -38,6 +40,8 @@ for _, id in ipairs(expired) do
   end
 end
 
+-- The attempts hash exists only while some job of the shard has failed or expired.
+local has_att = redis.call('EXISTS', KEYS[6]) == 1
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now + window, 'WITHSCORES', 'LIMIT', 0, max_claim)
 local n = #due / 2
 local out = {}
@@ -45,14 +49,17 @@ if n > 0 then
   -- ZRANGEBYSCORE from -inf returns the first n by rank: remove exactly those.
   redis.call('ZREMRANGEBYRANK', KEYS[1], 0, n - 1)
   local token = redis.call('INCRBY', KEYS[5], n) - n
+  local leases, tokens = {}, {}
   for i = 1, #due, 2 do
     local id = due[i]
     local at = tonumber(due[i + 1])
     token = token + 1
-    local attempt = tonumber(redis.call('HGET', KEYS[6], id) or '0') + 1
-    local expiry = math.max(at, now) + lease
-    redis.call('ZADD', KEYS[2], expiry, id)
-    redis.call('HSET', KEYS[3], id, string.format('%d:%d:%d', token, at, attempt))
+    local attempt = 1
+    if has_att then attempt = tonumber(redis.call('HGET', KEYS[6], id) or '0') + 1 end
+    leases[#leases + 1] = math.max(at, now) + lease
+    leases[#leases + 1] = id
+    tokens[#tokens + 1] = id
+    tokens[#tokens + 1] = string.format('%d:%d:%d', token, at, attempt)
     local payload = redis.call('HGET', bucket(prefix, id, shards, buckets), id) or ''
     out[#out + 1] = id
     out[#out + 1] = at
@@ -60,5 +67,8 @@ if n > 0 then
     out[#out + 1] = attempt
     out[#out + 1] = payload
   end
+  -- Variadic writes: one call each for the batch (at most 2 * 3000 arguments).
+  redis.call('ZADD', KEYS[2], unpack(leases))
+  redis.call('HSET', KEYS[3], unpack(tokens))
 end
 return {now, out, #expired}
