@@ -411,7 +411,8 @@ async fn dispatch_loop<F, Fut, E>(
         let Ok(permit) = Arc::clone(&permits).acquire_owned().await else {
             break;
         };
-        let run = handler(claimed.job.clone());
+        let (shard, token, id) = (claimed.shard, claimed.token, claimed.job.id.clone());
+        let run = handler(claimed.job);
         let settle_tx = settle_tx.clone();
         tokio::spawn(async move {
             let outcome = AssertUnwindSafe(run).catch_unwind().await;
@@ -420,9 +421,9 @@ async fn dispatch_loop<F, Fut, E>(
                 _ => Action::Fail,
             };
             let _ = settle_tx.send(Settle {
-                shard: claimed.shard,
-                id: claimed.job.id,
-                token: claimed.token,
+                shard,
+                id,
+                token,
                 action,
             });
             drop(permit);
