@@ -63,6 +63,9 @@ fn now_ms() -> u64 {
 struct Tally {
     runs: Vec<AtomicU8>,
     late: Mutex<Histogram<u64>>,
+    /// Lateness of the jobs due after `quiet_from` (Unix µs): once scheduling has ended.
+    late_quiet: Mutex<Histogram<u64>>,
+    quiet_from: AtomicU64,
     early: AtomicU64,
     delivered: AtomicU64,
     /// Jobs delivered at least once.
@@ -76,6 +79,8 @@ impl Tally {
         Arc::new(Tally {
             runs: (0..n).map(|_| AtomicU8::new(0)).collect(),
             late: Mutex::new(Histogram::new_with_bounds(1, 3_600_000_000, 3).unwrap()),
+            late_quiet: Mutex::new(Histogram::new_with_bounds(1, 3_600_000_000, 3).unwrap()),
+            quiet_from: AtomicU64::new(u64::MAX),
             early: AtomicU64::new(0),
             delivered: AtomicU64::new(0),
             distinct: AtomicU64::new(0),
@@ -95,10 +100,11 @@ impl Tally {
         if now_us < due_us {
             self.early.fetch_add(1, Ordering::Relaxed);
         }
-        self.late
-            .lock()
-            .unwrap()
-            .saturating_record((now_us.saturating_sub(due_us)).max(1));
+        let late = now_us.saturating_sub(due_us).max(1);
+        self.late.lock().unwrap().saturating_record(late);
+        if due_us >= self.quiet_from.load(Ordering::Relaxed) {
+            self.late_quiet.lock().unwrap().saturating_record(late);
+        }
         self.delivered.fetch_add(1, Ordering::Relaxed);
         self.first.fetch_min(now_us, Ordering::Relaxed);
         self.last.fetch_max(now_us, Ordering::Relaxed);
@@ -313,6 +319,14 @@ fn result_d1(name: &str, schedule_s: f64, tally: &Tally, n: usize) {
         tally.late_ms(1.0),
         tally.early.load(Ordering::Relaxed),
     );
+    let quiet = tally.late_quiet.lock().unwrap();
+    println!(
+        "note D1 {name}: the {} jobs due after scheduling ended: late_p50_ms={:.2} late_p99_ms={:.2} late_max_ms={:.2}",
+        quiet.len(),
+        quiet.value_at_quantile(0.5) as f64 / 1000.0,
+        quiet.value_at_quantile(0.99) as f64 / 1000.0,
+        quiet.max() as f64 / 1000.0,
+    );
 }
 
 /// The implementations to run: both, unless `DURABLE_ONLY` names one (quick checks).
@@ -333,6 +347,9 @@ async fn d1(scale: f64) {
         let tally = Tally::new(n);
         let workers = start_workers(&server, "d1", &tally).await;
         let schedule_s = produce_shardwheel(&server, "d1", &delays, None).await;
+        tally
+            .quiet_from
+            .store(unix_us(SystemTime::now()), Ordering::Relaxed);
         wait_delivered(&tally, n as u64, Duration::from_millis(span + 60_000)).await;
         for worker in workers {
             let stats = worker.stop().await;
@@ -355,6 +372,9 @@ async fn d1(scale: f64) {
             })
             .collect();
         let schedule_s = produce_naive(&server, "naive", &delays, None).await;
+        tally
+            .quiet_from
+            .store(unix_us(SystemTime::now()), Ordering::Relaxed);
         wait_delivered(&tally, n as u64, Duration::from_millis(span + 60_000)).await;
         stop.store(1, Ordering::Relaxed);
         for poller in pollers {

@@ -412,12 +412,18 @@ async fn dispatch_loop<F, Fut, E>(
             break;
         };
         let (shard, token, id) = (claimed.shard, claimed.token, claimed.job.id.clone());
-        let run = handler(claimed.job);
+        // A handler that panics while making its future fails the attempt, as one that
+        // panics while running does; neither stops the dispatcher.
+        let job = claimed.job;
+        let run = std::panic::catch_unwind(AssertUnwindSafe(|| handler(job)));
         let settle_tx = settle_tx.clone();
         tokio::spawn(async move {
-            let outcome = AssertUnwindSafe(run).catch_unwind().await;
+            let outcome = match run {
+                Ok(run) => AssertUnwindSafe(run).catch_unwind().await.ok(),
+                Err(_) => None,
+            };
             let action = match outcome {
-                Ok(Ok(())) => Action::Ack,
+                Some(Ok(())) => Action::Ack,
                 _ => Action::Fail,
             };
             let _ = settle_tx.send(Settle {

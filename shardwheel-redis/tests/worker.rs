@@ -132,15 +132,19 @@ async fn failures_and_panics_retry_with_backoff_then_dead_letter() {
         .backoff(Duration::from_millis(20), Duration::from_millis(100))
         .poll(Duration::from_millis(10))
         .start(queue.clone(), move |job: Job| {
-            let record = Arc::clone(&record);
+            record
+                .lock()
+                .unwrap()
+                .entry(job.id.clone())
+                .or_default()
+                .push(job.attempt);
+            // f2 and f4 panic while making their future, odd ids while running it, the
+            // rest return an error.
+            if job.id.ends_with(['2', '4']) {
+                panic!("a handler panicking before its future (expected in this test)");
+            }
+            let odd = job.id.ends_with(['1', '3', '5', '7', '9']);
             async move {
-                let odd = job.id.ends_with(['1', '3', '5', '7', '9']);
-                record
-                    .lock()
-                    .unwrap()
-                    .entry(job.id)
-                    .or_default()
-                    .push(job.attempt);
                 if odd {
                     panic!("a handler panicking (expected in this test)");
                 }
