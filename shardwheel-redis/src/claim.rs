@@ -1,14 +1,14 @@
 //! Claiming: `claim.lua` on each shard in turn, its reply turned into local timers.
 //!
-//! The claim reply carries the server's `TIME` (`server_ms`); the request left at local
-//! instant `sent` and the reply came back at `received`, so the server read its clock
-//! somewhere in between. A job due at `due` is inserted into the local `Timer` at
-//! `received + (due - server_ms)`: at that instant the server's clock reads at least `due`,
-//! so no job starts early, whatever this machine's wall clock says (it is never read). A
-//! round asks every shard at once (one pipelined round trip, not one per shard); when a
-//! shard filled its batch the next round starts at once, otherwise the claimer sleeps
-//! `poll`, or less if stopped. Claims pause while the local timer
-//! holds `max_held` jobs.
+//! The claim reply carries the server's `TIME`; the request left at local instant `sent`
+//! and the reply came back at `received`, so the server read its clock somewhere in
+//! between. Each reply tightens the worker's bounds on the server's clock (`clock`), and a
+//! job goes into the local `Timer` at the first instant at which the server's clock has
+//! certainly reached its due time: no job starts early, whatever this machine's wall clock
+//! says (it is never read). A round asks every shard at once (one pipelined round trip, not
+//! one per shard); when a shard filled its batch the next round starts at once, otherwise
+//! the claimer sleeps `poll`, or less if stopped. Claims pause while the local timer holds
+//! `max_held` jobs.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant, UNIX_EPOCH};
@@ -28,14 +28,14 @@ pub(crate) struct Claimed {
     pub(crate) shard: u32,
     pub(crate) token: u64,
     pub(crate) due_ms: i64,
-    pub(crate) base: ClaimBase,
     pub(crate) job: Job,
 }
 
-/// The server's clock at a claim, bracketed by the local instants of request and reply.
+/// The server's clock at a claim (Unix ns), bracketed by the local instants of request and
+/// reply.
 #[derive(Clone, Copy)]
 pub(crate) struct ClaimBase {
-    pub(crate) server_ms: i64,
+    pub(crate) server_ns: i128,
     pub(crate) sent: Instant,
     pub(crate) received: Instant,
 }
@@ -59,16 +59,18 @@ fn bytes(value: Value) -> Option<Vec<u8>> {
 /// One claimed job as the claim script returns it: id, due ms, token, attempt, payload.
 pub(crate) type ClaimedRow = (String, i64, u64, u32, Vec<u8>);
 
-/// Parses a claim reply: {now, {id, due, token, attempt, payload, ...}, reaped}.
-pub(crate) fn parse_claim(reply: Value) -> Option<(i64, Vec<ClaimedRow>, u64)> {
+/// Parses a claim reply: {now ms, {id, due, token, attempt, payload, ...}, reaped, TIME
+/// seconds, TIME microseconds}; returns (server ns, jobs, reaped).
+pub(crate) fn parse_claim(reply: Value) -> Option<(i128, Vec<ClaimedRow>, u64)> {
     let Value::Array(mut parts) = reply else {
         return None;
     };
-    if parts.len() != 3 {
+    if parts.len() != 5 {
         return None;
     }
-    let reaped = int(&parts[2])?;
-    let now = int(&parts[0])?;
+    let reaped = u64::try_from(int(&parts[2])?).ok()?;
+    let server_ns =
+        i128::from(int(&parts[3])?) * 1_000_000_000 + i128::from(int(&parts[4])?) * 1000;
     let Value::Array(flat) = std::mem::replace(&mut parts[1], Value::Nil) else {
         return None;
     };
@@ -82,7 +84,7 @@ pub(crate) fn parse_claim(reply: Value) -> Option<(i64, Vec<ClaimedRow>, u64)> {
         let payload = bytes(items.next()?)?;
         jobs.push((id, due, token, attempt, payload));
     }
-    Some((now, jobs, u64::try_from(reaped).ok()?))
+    Some((server_ns, jobs, reaped))
 }
 
 /// One claim call on one shard: the reply with the local instants around it.
@@ -114,9 +116,9 @@ async fn claim_shard(
     let sent = Instant::now();
     let reply: Value = invocation.invoke_async(&mut conn).await.ok()?;
     let received = Instant::now();
-    let (server_ms, jobs, reaped) = parse_claim(reply)?;
+    let (server_ns, jobs, reaped) = parse_claim(reply)?;
     let base = ClaimBase {
-        server_ms,
+        server_ns,
         sent,
         received,
     };
@@ -144,7 +146,16 @@ pub(crate) async fn claim_loop(
         let mut full = false;
         if share > 0 {
             let calls = (0..shards).map(|shard| claim_shard(&shared, conn.clone(), shard, share));
-            for outcome in futures_util::future::join_all(calls).await {
+            let outcomes = futures_util::future::join_all(calls).await;
+            // Every reply tightens the bounds on the server's clock before any job of the
+            // round is placed.
+            {
+                let mut clock = shared.lock_clock();
+                for (_, _, base, _, _) in outcomes.iter().flatten() {
+                    clock.observe(base.sent, base.received, base.server_ns);
+                }
+            }
+            for outcome in outcomes {
                 let Some((shard, asked, base, jobs, reaped)) = outcome else {
                     Counters::add(&counters.errors, 1);
                     continue;
@@ -177,12 +188,16 @@ fn hold(
     (id, due_ms, token, attempt, payload): ClaimedRow,
 ) {
     let counters = &shared.counters;
-    let ahead = Duration::from_millis(due_ms.saturating_sub(base.server_ms).max(0) as u64);
+    let due_ns = i128::from(due_ms) * 1_000_000;
+    let at = shared.lock_clock().deadline(due_ns).unwrap_or_else(|| {
+        // Not reached (this claim was observed): the claim's own bound.
+        let ahead = (due_ns - base.server_ns).max(0);
+        base.received + Duration::from_nanos(u64::try_from(ahead).unwrap_or(u64::MAX))
+    });
     let claimed = Claimed {
         shard,
         token,
         due_ms,
-        base,
         job: Job {
             id,
             payload,
@@ -191,7 +206,7 @@ fn hold(
         },
     };
     Counters::add(&counters.held, 1);
-    if let Err(refused) = timer.insert_at(base.received + ahead, claimed) {
+    if let Err(refused) = timer.insert_at(at, claimed) {
         Counters::add(&counters.held, 0u64.wrapping_sub(1));
         let claimed = refused.into_inner();
         let _ = settle_tx.send(Settle {

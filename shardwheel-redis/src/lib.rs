@@ -34,9 +34,10 @@
 //! sorted set (id by due time), a `lease` sorted set (id by lease expiry) with a fencing
 //! token per claim, a `dead` sorted set, and the payloads spread over small hashes. Modules:
 //! `keys` (layout and id hash), `scripts`, `queue` (the producer API), `job` (its values), `worker` (the handler's
-//! side), `claim`, `settle`, `stats`, `error`, `conn`.
+//! side), `claim`, `clock` (bounds on the server's clock), `settle`, `stats`, `error`, `conn`.
 
 mod claim;
+mod clock;
 mod conn;
 mod error;
 mod job;

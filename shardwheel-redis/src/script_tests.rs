@@ -52,7 +52,10 @@ async fn claim(
         .invoke_async(&mut queue.conn())
         .await
         .unwrap();
-    crate::claim::parse_claim(reply).expect("a well-formed claim reply")
+    let (server_ns, jobs, reaped) =
+        crate::claim::parse_claim(reply).expect("a well-formed claim reply");
+    // The server's clock in ms, as the script compares due times with it.
+    ((server_ns / 1_000_000) as i64, jobs, reaped)
 }
 
 async fn settle(

@@ -33,6 +33,7 @@ use tokio::sync::{Notify, Semaphore, mpsc, oneshot};
 use tokio::task::JoinHandle;
 
 use crate::claim::{Claimed, claim_loop};
+use crate::clock::ServerClock;
 use crate::error::Error;
 use crate::queue::Queue;
 use crate::settle::{Action, Settle, settle_loop};
@@ -200,6 +201,7 @@ impl WorkerBuilder {
             })
             .map_err(|_| Error::InvalidConfig("the local timer could not start"))?;
         let shared = Arc::new(Shared {
+            clock: std::sync::Mutex::new(ServerClock::new(Instant::now())),
             queue,
             config: self,
             counters: Counters::default(),
@@ -238,11 +240,19 @@ impl WorkerBuilder {
 }
 
 pub(crate) struct Shared {
+    pub(crate) clock: std::sync::Mutex<ServerClock>,
     pub(crate) queue: Queue,
     pub(crate) config: WorkerBuilder,
     pub(crate) counters: Counters,
     pub(crate) stop: Notify,
     pub(crate) stopping: std::sync::atomic::AtomicBool,
+}
+
+impl Shared {
+    /// The bounds on the server's clock (a poisoned lock still holds valid bounds).
+    pub(crate) fn lock_clock(&self) -> std::sync::MutexGuard<'_, ServerClock> {
+        self.clock.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 struct Tasks {
@@ -396,18 +406,18 @@ async fn dispatch_loop<F, Fut, E>(
         Counters::add(&counters.held, 0u64.wrapping_sub(1));
         Counters::add(&counters.delivered, 1);
         let started = Instant::now();
-        // Server time now lies within [server_ms + (started - received),
-        // server_ms + (started - sent)]: record the upper end, count early on the lower.
-        let base = claimed.base;
-        let low = base.server_ms as i128 * 1_000_000
-            + started.duration_since(base.received).as_nanos() as i128;
-        let high = base.server_ms as i128 * 1_000_000
-            + started.duration_since(base.sent).as_nanos() as i128;
-        let due = claimed.due_ms as i128 * 1_000_000;
-        if low < due {
-            Counters::add(&counters.early, 1);
+        // The server's clock now lies within the worker's bounds: record lateness on the
+        // upper one (an overestimate by at most the fastest claim round trip), count early
+        // on the lower one.
+        let due = i128::from(claimed.due_ms) * 1_000_000;
+        if let Some((least, most)) = shared.lock_clock().bounds(started) {
+            if least < due {
+                Counters::add(&counters.early, 1);
+            }
+            counters.record_lateness(Duration::from_nanos(
+                u64::try_from((most - due).max(0)).unwrap_or(u64::MAX),
+            ));
         }
-        counters.record_lateness(Duration::from_nanos((high - due).max(0) as u64));
         let Ok(permit) = Arc::clone(&permits).acquire_owned().await else {
             break;
         };

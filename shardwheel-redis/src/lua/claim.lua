@@ -14,7 +14,8 @@
 -- token is never reused), lease expiry = max(due, now) + lease ms, attempt count + 1.
 -- A job is in exactly one of due, lease, dead at any time, and only the holder of its
 -- current token can ack, fail or release it.
--- Returns {now, {id, due, token, attempt, payload, ...}, reaped count}.
+-- Returns {now, {id, due, token, attempt, payload, ...}, reaped count, TIME seconds, TIME
+-- microseconds} (the last two let the worker bound the server's clock to the microsecond).
 -- Bound: O((reap + claim) log N), both capped by the arguments (the client allows at most
 -- 3000 claims, so the variadic calls stay within Lua's stack); about one redis call per
 -- claimed job (its payload) plus a few per batch.
@@ -71,4 +72,4 @@ if n > 0 then
   redis.call('ZADD', KEYS[2], unpack(leases))
   redis.call('HSET', KEYS[3], unpack(tokens))
 end
-return {now, out, #expired}
+return {now, out, #expired, tonumber(t[1]), tonumber(t[2])}
