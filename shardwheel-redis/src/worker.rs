@@ -2,12 +2,13 @@
 //! at its due time, settles it in Redis.
 //!
 //! Three tasks and the timer's reaper thread:
-//! - the **claimer** visits the shards in turn and runs `claim.lua` on each: it takes back
-//!   expired leases, then leases up to `batch` jobs due within `window` to this worker. The
-//!   reply carries the server's `TIME`, so each job's due time becomes a local `Instant`
-//!   (`reply received + (due - server now)`), never early since the server read its clock
-//!   before the reply arrived. The job goes into the `Timer`. A shard that gave a full batch
-//!   is asked again at once; after a round with none full the claimer sleeps `poll`.
+//! - the **claimer** runs `claim.lua` on every shard at once: it takes back expired leases,
+//!   then leases up to `batch` jobs due within `window` to this worker. Each reply carries
+//!   the server's `TIME`, which tightens the worker's bounds on the server's clock (`clock`:
+//!   the fastest round trip seen wins); each job's due time becomes the first local
+//!   `Instant` at which the server's clock has certainly reached it, and goes into the
+//!   `Timer`. A shard that gave a full batch is asked again at once; after a round with none
+//!   full the claimer sleeps `poll`.
 //! - the timer's reaper fires each job at its instant into a channel; the **dispatcher**
 //!   records lateness and spawns the handler (at most `concurrency` at once);
 //! - the **settler** batches the outcomes per shard into `settle.lua` calls: ack on success,
