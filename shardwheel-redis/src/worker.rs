@@ -10,7 +10,8 @@
 //!   `Timer`. A shard that gave a full batch is asked again at once; after a round with none
 //!   full the claimer sleeps `poll`.
 //! - the timer's reaper fires each job at its instant into a channel; the **dispatcher**
-//!   records lateness and spawns the handler (at most `concurrency` at once);
+//!   records lateness and runs the handler: polled once in place (a handler done at once
+//!   costs no task), spawned otherwise (at most `concurrency` at once);
 //! - the **settler** batches the outcomes per shard into `settle.lua` calls: ack on success,
 //!   fail (retry with backoff, or dead-letter) on an error or a panic, each fenced by the
 //!   lease's token so a worker whose lease expired is refused.
@@ -371,6 +372,14 @@ impl Drop for Worker {
     }
 }
 
+/// Ack on `Ok`, fail on an error or a panic.
+fn action<E>(outcome: Result<Result<(), E>, Box<dyn std::any::Any + Send>>) -> Action {
+    match outcome {
+        Ok(Ok(())) => Action::Ack,
+        _ => Action::Fail,
+    }
+}
+
 async fn dispatch_loop<F, Fut, E>(
     shared: Arc<Shared>,
     mut fire_rx: mpsc::UnboundedReceiver<Claimed>,
@@ -419,30 +428,34 @@ async fn dispatch_loop<F, Fut, E>(
                 u64::try_from((most - due).max(0)).unwrap_or(u64::MAX),
             ));
         }
-        let Ok(permit) = Arc::clone(&permits).acquire_owned().await else {
-            break;
-        };
         let (shard, token, id) = (claimed.shard, claimed.token, claimed.job.id.clone());
+        let settle = move |action| Settle {
+            shard,
+            id,
+            token,
+            action,
+        };
         // A handler that panics while making its future fails the attempt, as one that
         // panics while running does; neither stops the dispatcher.
         let job = claimed.job;
-        let run = std::panic::catch_unwind(AssertUnwindSafe(|| handler(job)));
+        let Ok(run) = std::panic::catch_unwind(AssertUnwindSafe(|| handler(job))) else {
+            let _ = settle_tx.send(settle(Action::Fail));
+            continue;
+        };
+        let mut run = Box::pin(AssertUnwindSafe(run).catch_unwind());
+        // One poll here: a handler that is done at once (a burst of quick jobs) costs no
+        // task. One that is not is spawned, and polled again there with a real waker.
+        if let Some(outcome) = run.as_mut().now_or_never() {
+            let _ = settle_tx.send(settle(action(outcome)));
+            continue;
+        }
+        let Ok(permit) = Arc::clone(&permits).acquire_owned().await else {
+            break;
+        };
         let settle_tx = settle_tx.clone();
         tokio::spawn(async move {
-            let outcome = match run {
-                Ok(run) => AssertUnwindSafe(run).catch_unwind().await.ok(),
-                Err(_) => None,
-            };
-            let action = match outcome {
-                Some(Ok(())) => Action::Ack,
-                _ => Action::Fail,
-            };
-            let _ = settle_tx.send(Settle {
-                shard,
-                id,
-                token,
-                action,
-            });
+            let outcome = run.await;
+            let _ = settle_tx.send(settle(action(outcome)));
             drop(permit);
         });
     }

@@ -124,7 +124,7 @@ async fn a_stalled_workers_ack_is_refused_after_another_finished_the_job() {
     let (mut zombie, _, _) = WorkerProcess::start(
         &url,
         "stall",
-        &["--lease-ms", "1000", "--hold-ms", "2000"],
+        &["--lease-ms", "1000", "--hold-ms", "5000"],
         &[],
     );
     let run = zombie
@@ -243,7 +243,14 @@ async fn worker_processes_racing_claims_run_each_job_once() {
             WorkerProcess::start(
                 &url,
                 "many",
-                &["--window-ms", "1000", "--poll-ms", "20"],
+                &[
+                    "--window-ms",
+                    "1000",
+                    "--poll-ms",
+                    "20",
+                    "--lease-ms",
+                    "120000",
+                ],
                 &[],
             )
             .0
