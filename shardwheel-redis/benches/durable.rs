@@ -135,6 +135,27 @@ fn unix_us(time: SystemTime) -> u64 {
         .as_micros() as u64
 }
 
+/// A numeric field of `INFO section`.
+async fn info_field(url: &str, section: &str, field: &str) -> i64 {
+    let mut conn = raw_conn(url).await;
+    let info: String = redis::cmd("INFO")
+        .arg(section)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    info.lines()
+        .find_map(|line| line.strip_prefix(&format!("{field}:")))
+        .and_then(|value| value.trim().parse().ok())
+        .unwrap_or(-1)
+}
+
+/// What the server did besides our scripts: AOF rewrites (each a fork and a full write).
+async fn server_note(url: &str, what: &str) {
+    let rewrites = info_field(url, "persistence", "aof_rewrites").await;
+    let aof = info_field(url, "persistence", "aof_current_size").await;
+    println!("note {what}: the server made {rewrites} AOF rewrites; AOF now {aof} bytes");
+}
+
 async fn used_memory(conn: &mut redis::aio::MultiplexedConnection) -> i64 {
     let info: String = redis::cmd("INFO")
         .arg("memory")
@@ -356,6 +377,7 @@ async fn d1(scale: f64) {
             eprintln!("D1 worker: {stats}");
         }
         result_d1("shardwheel-redis", schedule_s, &tally, n);
+        server_note(&server.url(), "D1 shardwheel-redis").await;
     }
     if implementations().contains(&"naive-poller") {
         let server = support::Server::start();
@@ -381,6 +403,7 @@ async fn d1(scale: f64) {
             poller.await.unwrap();
         }
         result_d1("naive-poller", schedule_s, &tally, n);
+        server_note(&server.url(), "D1 naive-poller").await;
     }
 }
 
@@ -415,6 +438,11 @@ async fn d2(scale: f64) {
             (Vec::new(), pollers)
         };
         assert!(now_ms() < second, "scheduling ran past the burst second");
+        if !workers.is_empty() {
+            tokio::time::sleep(Duration::from_millis(second.saturating_sub(now_ms()))).await;
+            let claimed: u64 = workers.iter().map(|w| w.stats().claimed).sum();
+            println!("note D2 {name}: {claimed} of {n} jobs claimed when the burst second began");
+        }
         wait_delivered(&tally, n as u64, Duration::from_secs(20 + 120)).await;
         stop.store(1, Ordering::Relaxed);
         for poller in pollers {
@@ -434,6 +462,7 @@ async fn d2(scale: f64) {
             tally.late_ms(1.0),
             tally.early.load(Ordering::Relaxed),
         );
+        server_note(&server.url(), &format!("D2 {name}")).await;
     }
 }
 

@@ -152,7 +152,8 @@ impl WorkerBuilder {
         self
     }
 
-    /// Most handlers running at once (default 1024).
+    /// Most handlers running at once past their first poll (default 1024): the dispatcher
+    /// waits for one to finish before starting another that does not finish at once.
     pub fn concurrency(mut self, concurrency: usize) -> Self {
         self.concurrency = concurrency;
         self
@@ -161,6 +162,11 @@ impl WorkerBuilder {
     /// Starts the worker on the current tokio runtime: `handler` runs once per delivery,
     /// at the job's due time; `Ok` acknowledges the job, `Err` (or a panic) fails the
     /// attempt.
+    ///
+    /// The handler's future is polled once in place as the job comes due, and spawned as a
+    /// task only if it is not done then: quick handlers cost no task, but CPU-heavy work
+    /// before the first `.await` delays the jobs due after it (move it behind an await or
+    /// into `spawn_blocking`).
     ///
     /// # Errors
     ///
