@@ -10,7 +10,7 @@
 //!
 //! `DURABLE_ONLY=D2` (or `D1`, `D3`, and `shardwheel-redis` or `naive-poller`) picks
 //! workloads and implementations; `DURABLE_WINDOW_MS` sets the workers' claim window
-//! (default: the crate's, 5 s). `DURABLE_SCALE=0.1` runs a tenth of the jobs (and D1 over a tenth of its 60 s span, at
+//! (default: the crate's, 10 s). `DURABLE_SCALE=0.1` runs a tenth of the jobs (and D1 over a tenth of its 60 s span, at
 //! least 6 s) for a quick check; the figures to report come from the default, 1.
 
 #[path = "../tests/support/mod.rs"]
@@ -154,6 +154,20 @@ async fn server_note(url: &str, what: &str) {
     let rewrites = info_field(url, "persistence", "aof_rewrites").await;
     let aof = info_field(url, "persistence", "aof_current_size").await;
     println!("note {what}: the server made {rewrites} AOF rewrites; AOF now {aof} bytes");
+    if std::env::var_os("DURABLE_COMMANDSTATS").is_some() {
+        let mut conn = raw_conn(url).await;
+        let stats: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let used: String = redis::cmd("INFO")
+            .arg("cpu")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        println!("{stats}\n{used}");
+    }
 }
 
 async fn used_memory(conn: &mut redis::aio::MultiplexedConnection) -> i64 {

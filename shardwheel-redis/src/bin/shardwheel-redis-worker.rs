@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! shardwheel-redis-worker --url redis://127.0.0.1:6379 --queue emails [--cluster]
-//!     [--shards 16] [--lease-ms 30000] [--window-ms 5000] [--poll-ms 100]
+//!     [--shards 16] [--lease-ms 30000] [--window-ms 10000] [--poll-ms 100]
 //!     [--hold-ms 0] [--fail-first N] [--max-attempts 5]
 //! ```
 //!
@@ -39,7 +39,7 @@ fn parse() -> Result<Args, String> {
         cluster: false,
         shards: 16,
         lease_ms: 30_000,
-        window_ms: 5_000,
+        window_ms: 10_000,
         poll_ms: 100,
         hold_ms: 0,
         fail_first: 0,
