@@ -55,7 +55,7 @@ impl When {
     }
 }
 
-/// What [`Queue::cancel`] found.
+/// What [`Queue::cancel`](crate::Queue::cancel) found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Cancelled {
     /// The job was pending: it will never run.
@@ -68,7 +68,7 @@ pub enum Cancelled {
     NotFound,
 }
 
-/// What [`Queue::reschedule`] found before moving the job.
+/// What [`Queue::reschedule`](crate::Queue::reschedule) found before moving the job.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Rescheduled {
     /// The job was pending; it now waits for its new time.
@@ -82,7 +82,7 @@ pub enum Rescheduled {
     NotFound,
 }
 
-/// Where a job is, as [`Queue::status`] reports it.
+/// Where a job is, as [`Queue::status`](crate::Queue::status) reports it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum JobState {
     /// Waiting in the store until `due` (server clock).
