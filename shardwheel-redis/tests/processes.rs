@@ -152,6 +152,53 @@ async fn a_stalled_workers_ack_is_refused_after_another_finished_the_job() {
     assert_eq!(queue.counts().await.unwrap(), Counts::default());
 }
 
+/// The fence itself: the zombie acks while another worker holds the job under a newer
+/// lease (in the test above the job is gone by then, which refuses the ack even without a
+/// token check).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_workers_ack_is_refused_while_another_holds_the_job() {
+    let server = Server::start();
+    let url = server.url();
+    let queue = Queue::connect(&url, "fence").await.unwrap();
+    queue.schedule("f", Duration::ZERO, b"x").await.unwrap();
+    let (mut zombie, _, _) = WorkerProcess::start(
+        &url,
+        "fence",
+        &["--lease-ms", "1000", "--hold-ms", "5000"],
+        &[],
+    );
+    let run = zombie
+        .next_run(support::PATIENCE)
+        .expect("the zombie's run");
+    assert_eq!((run.id.as_str(), run.attempt), ("f", 1));
+    zombie.signal(libc::SIGSTOP);
+    // The other worker takes the job back after the lease and holds it in a 10-minute
+    // handler: its lease (30 s) is live while the zombie resumes.
+    let (mut other, _, _) = WorkerProcess::start(&url, "fence", &["--hold-ms", "600000"], &[]);
+    let again = other
+        .next_run(support::PATIENCE)
+        .expect("the other worker's run");
+    assert_eq!((again.id.as_str(), again.attempt), ("f", 2));
+    zombie.signal(libc::SIGCONT);
+    let (_, zombie_stats) = zombie.stop();
+    assert_eq!(stat(&zombie_stats, "acked"), 0, "{zombie_stats}");
+    assert_eq!(stat(&zombie_stats, "refused"), 1, "{zombie_stats}");
+    // The job is still the other worker's: the zombie's ack deleted nothing.
+    let (state, _) = queue
+        .status("f")
+        .await
+        .unwrap()
+        .expect("the job is still there");
+    assert!(
+        matches!(
+            state,
+            shardwheel_redis::JobState::Claimed { attempt: 2, .. }
+        ),
+        "{state:?}"
+    );
+    other.signal(libc::SIGKILL);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_acknowledged_schedule_survives_kill9_of_the_server() {
     let mut server = Server::start();
