@@ -489,11 +489,15 @@ async fn d3(scale: f64) {
         // The queue's meta key and connections exist before the first reading.
         let _ = Queue::connect(&server.url(), "d3").await.unwrap();
         let before = used_memory(&mut conn).await;
-        if name == "shardwheel-redis" {
-            produce_shardwheel(&server, "d3", &delays, None).await;
+        let schedule_s = if name == "shardwheel-redis" {
+            produce_shardwheel(&server, "d3", &delays, None).await
         } else {
-            produce_naive(&server, "d3", &delays, None).await;
-        }
+            produce_naive(&server, "d3", &delays, None).await
+        };
+        println!(
+            "note D3 {name}: scheduled at {:.0} per second with nothing else running",
+            n as f64 / schedule_s
+        );
         let after = used_memory(&mut conn).await;
         println!(
             "RESULT D3 {name} redis_bytes_per_job={:.1}",
