@@ -57,6 +57,16 @@ impl When {
 
 /// What [`Queue::cancel`](crate::Queue::cancel) found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+///
+/// ```no_run
+/// # async fn run(queue: shardwheel_redis::Queue) -> Result<(), shardwheel_redis::Error> {
+/// use shardwheel_redis::Cancelled;
+/// match queue.cancel("welcome-42").await? {
+///     Cancelled::Pending | Cancelled::Dead | Cancelled::NotFound => {}
+///     Cancelled::Claimed => println!("a worker may still run it once"),
+/// }
+/// # Ok(()) }
+/// ```
 pub enum Cancelled {
     /// The job was pending: it will never run.
     Pending,
@@ -70,6 +80,16 @@ pub enum Cancelled {
 
 /// What [`Queue::reschedule`](crate::Queue::reschedule) found before moving the job.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+///
+/// ```no_run
+/// # async fn run(queue: shardwheel_redis::Queue) -> Result<(), shardwheel_redis::Error> {
+/// use shardwheel_redis::Rescheduled;
+/// let found = queue.reschedule("welcome-42", std::time::Duration::from_secs(30), None).await?;
+/// if found == Rescheduled::NotFound {
+///     queue.schedule("welcome-42", std::time::Duration::from_secs(30), b"user 42").await?;
+/// }
+/// # Ok(()) }
+/// ```
 pub enum Rescheduled {
     /// The job was pending; it now waits for its new time.
     Pending,
@@ -84,6 +104,15 @@ pub enum Rescheduled {
 
 /// Where a job is, as [`Queue::status`](crate::Queue::status) reports it.
 #[derive(Clone, Debug, PartialEq, Eq)]
+///
+/// ```no_run
+/// # async fn run(queue: shardwheel_redis::Queue) -> Result<(), shardwheel_redis::Error> {
+/// use shardwheel_redis::JobState;
+/// if let Some((JobState::Dead { attempts, .. }, payload)) = queue.status("welcome-42").await? {
+///     println!("gave up after {attempts} attempts on {payload:?}");
+/// }
+/// # Ok(()) }
+/// ```
 pub enum JobState {
     /// Waiting in the store until `due` (server clock).
     Pending {
@@ -110,6 +139,11 @@ pub enum JobState {
 
 /// How many jobs a queue holds, by state (summed over its shards).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+///
+/// ```
+/// let counts = shardwheel_redis::Counts::default();
+/// assert_eq!(counts.pending + counts.claimed + counts.dead, 0);
+/// ```
 pub struct Counts {
     /// Jobs waiting for their due time (or to be claimed).
     pub pending: u64,

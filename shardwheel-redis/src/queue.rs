@@ -22,6 +22,10 @@ use crate::keys::{ShardKeys, shard_of};
 use crate::scripts::SCRIPTS;
 
 /// The longest job id, in bytes.
+///
+/// ```
+/// assert_eq!(shardwheel_redis::MAX_ID_LEN, 512);
+/// ```
 pub const MAX_ID_LEN: usize = 512;
 /// Jobs per script call in [`Queue::schedule_many`] and the worker's settles: bounds the time
 /// one call holds the server.
@@ -48,6 +52,10 @@ pub struct QueueBuilder {
 impl QueueBuilder {
     /// Shards of the queue (default 16): the unit of atomicity and of spreading over a
     /// cluster's nodes. Every client of a queue must use the same count (checked at connect).
+    ///
+    /// ```
+    /// let builder = shardwheel_redis::Queue::builder("emails").shards(64);
+    /// ```
     pub fn shards(mut self, shards: u32) -> Self {
         self.shards = shards;
         self
@@ -55,12 +63,22 @@ impl QueueBuilder {
 
     /// Payload hashes per shard (default 1024). Each stays compact while it holds up to 128
     /// jobs, so about `shards * buckets * 100` pending jobs get the smallest memory per job.
+    ///
+    /// ```
+    /// // About 100 million pending jobs at the compact size.
+    /// let builder = shardwheel_redis::Queue::builder("emails").shards(64).buckets(16_384);
+    /// ```
     pub fn buckets(mut self, buckets: u32) -> Self {
         self.buckets = buckets;
         self
     }
 
     /// How long to wait for a reply from Redis (default 10 s).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let builder = shardwheel_redis::Queue::builder("emails").response_timeout(Duration::from_secs(2));
+    /// ```
     pub fn response_timeout(mut self, timeout: Duration) -> Self {
         self.response_timeout = timeout;
         self
@@ -88,6 +106,14 @@ impl QueueBuilder {
 
     /// Connects to one Redis server (`redis://host:port`, `redis+unix:///path`).
     ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), shardwheel_redis::Error> {
+    /// let queue = shardwheel_redis::Queue::builder("emails")
+    ///     .connect("redis+unix:///run/redis/redis.sock")
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    ///
     /// # Errors
     ///
     /// [`Error::InvalidName`] / [`Error::InvalidConfig`] for bad options,
@@ -104,6 +130,13 @@ impl QueueBuilder {
     }
 
     /// Connects to a Redis Cluster through any of its nodes (`redis://host:port` each).
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), shardwheel_redis::Error> {
+    /// let nodes = ["redis://10.0.0.1:6379", "redis://10.0.0.2:6379"];
+    /// let queue = shardwheel_redis::Queue::builder("emails").connect_cluster(&nodes).await?;
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Errors
     ///
@@ -212,6 +245,10 @@ fn unix_ms(ms: i64) -> SystemTime {
 
 impl Queue {
     /// Options for a queue named `name`; see [`QueueBuilder`].
+    ///
+    /// ```
+    /// let builder = shardwheel_redis::Queue::builder("emails");
+    /// ```
     pub fn builder(name: &str) -> QueueBuilder {
         QueueBuilder {
             name: name.to_owned(),
@@ -237,11 +274,23 @@ impl Queue {
     }
 
     /// The queue's name.
+    ///
+    /// ```no_run
+    /// # fn run(queue: &shardwheel_redis::Queue) {
+    /// assert_eq!(queue.name(), "emails");
+    /// # }
+    /// ```
     pub fn name(&self) -> &str {
         &self.inner.name
     }
 
     /// The queue's shard count.
+    ///
+    /// ```no_run
+    /// # fn run(queue: &shardwheel_redis::Queue) {
+    /// assert_eq!(queue.shards(), 16);
+    /// # }
+    /// ```
     pub fn shards(&self) -> u32 {
         self.inner.shards
     }

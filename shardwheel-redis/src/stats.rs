@@ -58,6 +58,13 @@ impl Stats {
     /// How late runs started, at `quantile` (0.0 to 1.0; 0.99 is p99, 1.0 the maximum): the
     /// server's time at the start of the handler minus the due time, to within 1 % (an upper
     /// bound: it includes the claim's round trip). Zero when nothing ran.
+    ///
+    /// ```no_run
+    /// # fn run(worker: &shardwheel_redis::Worker) {
+    /// let stats = worker.stats();
+    /// let (p50, p99) = (stats.lateness(0.5), stats.lateness(0.99));
+    /// # }
+    /// ```
     pub fn lateness(&self, quantile: f64) -> Duration {
         Duration::from_nanos(self.lateness.value_at_quantile(quantile.clamp(0.0, 1.0)))
     }

@@ -43,6 +43,17 @@ use crate::stats::{Counters, Stats};
 
 /// A job handed to the handler.
 #[derive(Clone, Debug, PartialEq, Eq)]
+///
+/// ```no_run
+/// # async fn run(queue: shardwheel_redis::Queue) -> Result<(), shardwheel_redis::Error> {
+/// use shardwheel_redis::Job;
+/// let worker = shardwheel_redis::Worker::builder().start(queue, |job: Job| async move {
+///     let late = std::time::SystemTime::now().duration_since(job.due).unwrap_or_default();
+///     println!("{}: {} bytes, {late:?} after its due time", job.id, job.payload.len());
+///     Ok::<(), std::io::Error>(())
+/// })?;
+/// # Ok(()) }
+/// ```
 pub struct Job {
     /// The id it was scheduled with.
     pub id: String,
@@ -108,6 +119,11 @@ impl WorkerBuilder {
     /// 2-core machine of the README's figures, claiming 500,000 jobs due in one second took
     /// about 7 s (with 5 s, 350,000 were claimed when the second began and the rest came
     /// up to 1.4 s late).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let builder = shardwheel_redis::Worker::builder().window(Duration::from_secs(3));
+    /// ```
     pub fn window(mut self, window: Duration) -> Self {
         self.window = window;
         self
@@ -116,6 +132,12 @@ impl WorkerBuilder {
     /// How long after its due time a claim stays this worker's (default 30 s): a handler
     /// must finish within it, or the job is taken back and run again, and this run's ack
     /// is refused.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// // Handlers that may take a minute: leases of two.
+    /// let builder = shardwheel_redis::Worker::builder().lease(Duration::from_secs(120));
+    /// ```
     pub fn lease(mut self, lease: Duration) -> Self {
         self.lease = lease;
         self
@@ -123,12 +145,21 @@ impl WorkerBuilder {
 
     /// How long the claimer sleeps after a round of shards with nothing more to claim
     /// (default 100 ms): a job scheduled less than this ahead may start up to this late.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let builder = shardwheel_redis::Worker::builder().poll(Duration::from_millis(20));
+    /// ```
     pub fn poll(mut self, poll: Duration) -> Self {
         self.poll = poll;
         self
     }
 
     /// Most jobs one claim call takes from a shard (default 1000, at most 3000).
+    ///
+    /// ```
+    /// let builder = shardwheel_redis::Worker::builder().batch(2000);
+    /// ```
     pub fn batch(mut self, batch: usize) -> Self {
         self.batch = batch;
         self
@@ -136,6 +167,10 @@ impl WorkerBuilder {
 
     /// Attempts before a job goes to the dead-letter set (default 5); an expired lease
     /// counts as one.
+    ///
+    /// ```
+    /// let builder = shardwheel_redis::Worker::builder().max_attempts(10);
+    /// ```
     pub fn max_attempts(mut self, attempts: u32) -> Self {
         self.max_attempts = attempts;
         self
@@ -143,6 +178,13 @@ impl WorkerBuilder {
 
     /// Retry delay after a failed attempt n: `base * 2^(n-1)`, at most `cap` (defaults
     /// 1 s and 10 min).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// // 100 ms, 200 ms, 400 ms, ... at most 5 s.
+    /// let builder = shardwheel_redis::Worker::builder()
+    ///     .backoff(Duration::from_millis(100), Duration::from_secs(5));
+    /// ```
     pub fn backoff(mut self, base: Duration, cap: Duration) -> Self {
         self.backoff = base;
         self.backoff_cap = cap;
@@ -150,6 +192,10 @@ impl WorkerBuilder {
     }
 
     /// Most jobs held in the local timer at once (default 1,000,000): claiming pauses there.
+    ///
+    /// ```
+    /// let builder = shardwheel_redis::Worker::builder().max_held(100_000);
+    /// ```
     pub fn max_held(mut self, max_held: usize) -> Self {
         self.max_held = max_held;
         self
@@ -157,6 +203,10 @@ impl WorkerBuilder {
 
     /// Most handlers running at once past their first poll (default 1024): the dispatcher
     /// waits for one to finish before starting another that does not finish at once.
+    ///
+    /// ```
+    /// let builder = shardwheel_redis::Worker::builder().concurrency(64);
+    /// ```
     pub fn concurrency(mut self, concurrency: usize) -> Self {
         self.concurrency = concurrency;
         self
@@ -170,6 +220,15 @@ impl WorkerBuilder {
     /// task only if it is not done then: quick handlers cost no task, but CPU-heavy work
     /// before the first `.await` delays the jobs due after it (move it behind an await or
     /// into `spawn_blocking`).
+    ///
+    /// ```no_run
+    /// # async fn run(queue: shardwheel_redis::Queue) -> Result<(), shardwheel_redis::Error> {
+    /// let worker = shardwheel_redis::Worker::builder().start(queue, |job| async move {
+    ///     println!("{} (attempt {})", job.id, job.attempt);
+    ///     Ok::<(), std::io::Error>(())
+    /// })?;
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Errors
     ///
@@ -314,11 +373,22 @@ impl std::fmt::Debug for Worker {
 
 impl Worker {
     /// Options for a worker; see [`WorkerBuilder`].
+    ///
+    /// ```
+    /// let builder = shardwheel_redis::Worker::builder();
+    /// ```
     pub fn builder() -> WorkerBuilder {
         WorkerBuilder::default()
     }
 
     /// A snapshot of the worker's counts and lateness.
+    ///
+    /// ```no_run
+    /// # fn run(worker: &shardwheel_redis::Worker) {
+    /// let stats = worker.stats();
+    /// println!("{} held, {} acked", stats.held, stats.acked);
+    /// # }
+    /// ```
     pub fn stats(&self) -> Stats {
         self.shared.counters.snapshot()
     }
