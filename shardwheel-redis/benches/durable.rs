@@ -1,0 +1,537 @@
+//! The durable workloads D1-D3 of `../shared/WORKLOADS.md`, for shardwheel-redis and, in the
+//! same run and against the same kind of server, the naive poller (ZRANGEBYSCORE due <= now
+//! LIMIT 1000, then ZREM, every 100 ms).
+//!
+//! Each workload gets a fresh `redis-server` (unix socket, AOF, `appendfsync always`) from
+//! the tests' fixture. Producers and workers are tasks in this process on a 2-thread tokio
+//! runtime; Redis runs on the same machine, so the local wall clock is the server's clock
+//! and a delivery's lateness is `SystemTime::now()` at the handler's start minus the job's
+//! due time (an early start would be negative and is counted in `early`).
+//!
+//! `DURABLE_ONLY=D2` (or `D1`, `D3`, and `shardwheel-redis` or `naive-poller`) picks
+//! workloads and implementations; `DURABLE_WINDOW_MS` sets the workers' claim window
+//! (default: the crate's, 10 s). `DURABLE_SCALE=0.1` runs a tenth of the jobs (and D1 over a tenth of its 60 s span, at
+//! least 6 s) for a quick check; the figures to report come from the default, 1.
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use hdrhistogram::Histogram;
+use shardwheel_redis::{Job, Queue, When, Worker};
+
+const PAYLOAD: &[u8; 16] = b"0123456789abcdef";
+const PRODUCERS: usize = 4;
+const WORKERS: usize = 2;
+const PRODUCER_BATCH: usize = 5_000;
+
+struct SplitMix64(u64);
+
+impl SplitMix64 {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in [low, high) milliseconds.
+    fn ms(&mut self, low: u64, high: u64) -> u64 {
+        low + self.next() % (high - low)
+    }
+}
+
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .trim()
+        .to_owned()
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+/// What deliveries looked like: per-job run counts and lateness.
+struct Tally {
+    runs: Vec<AtomicU8>,
+    late: Mutex<Histogram<u64>>,
+    /// Lateness of the jobs due after `quiet_from` (Unix µs): once scheduling has ended.
+    late_quiet: Mutex<Histogram<u64>>,
+    quiet_from: AtomicU64,
+    early: AtomicU64,
+    delivered: AtomicU64,
+    /// Jobs delivered at least once.
+    distinct: AtomicU64,
+    first: AtomicU64,
+    last: AtomicU64,
+}
+
+impl Tally {
+    fn new(n: usize) -> Arc<Tally> {
+        Arc::new(Tally {
+            runs: (0..n).map(|_| AtomicU8::new(0)).collect(),
+            late: Mutex::new(Histogram::new_with_bounds(1, 3_600_000_000, 3).unwrap()),
+            late_quiet: Mutex::new(Histogram::new_with_bounds(1, 3_600_000_000, 3).unwrap()),
+            quiet_from: AtomicU64::new(u64::MAX),
+            early: AtomicU64::new(0),
+            delivered: AtomicU64::new(0),
+            distinct: AtomicU64::new(0),
+            first: AtomicU64::new(u64::MAX),
+            last: AtomicU64::new(0),
+        })
+    }
+
+    /// A delivery of job `index`, due at `due_us` (Unix µs), seen at `now_us`.
+    fn record(&self, index: usize, due_us: u64, now_us: u64) {
+        let before = self.runs[index].fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+            Some(n.saturating_add(1))
+        });
+        if before == Ok(0) {
+            self.distinct.fetch_add(1, Ordering::Relaxed);
+        }
+        if now_us < due_us {
+            self.early.fetch_add(1, Ordering::Relaxed);
+        }
+        let late = now_us.saturating_sub(due_us).max(1);
+        self.late.lock().unwrap().saturating_record(late);
+        if due_us >= self.quiet_from.load(Ordering::Relaxed) {
+            self.late_quiet.lock().unwrap().saturating_record(late);
+        }
+        self.delivered.fetch_add(1, Ordering::Relaxed);
+        self.first.fetch_min(now_us, Ordering::Relaxed);
+        self.last.fetch_max(now_us, Ordering::Relaxed);
+    }
+
+    fn lost_twice(&self) -> (usize, usize) {
+        let lost = self
+            .runs
+            .iter()
+            .filter(|n| n.load(Ordering::Relaxed) == 0)
+            .count();
+        let twice = self
+            .runs
+            .iter()
+            .filter(|n| n.load(Ordering::Relaxed) > 1)
+            .count();
+        (lost, twice)
+    }
+
+    fn late_ms(&self, quantile: f64) -> f64 {
+        self.late.lock().unwrap().value_at_quantile(quantile) as f64 / 1000.0
+    }
+}
+
+fn unix_us(time: SystemTime) -> u64 {
+    time.duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_micros() as u64
+}
+
+/// A numeric field of `INFO section`.
+async fn info_field(url: &str, section: &str, field: &str) -> i64 {
+    let mut conn = raw_conn(url).await;
+    let info: String = redis::cmd("INFO")
+        .arg(section)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    info.lines()
+        .find_map(|line| line.strip_prefix(&format!("{field}:")))
+        .and_then(|value| value.trim().parse().ok())
+        .unwrap_or(-1)
+}
+
+/// What the server did besides our scripts: AOF rewrites (each a fork and a full write).
+async fn server_note(url: &str, what: &str) {
+    let rewrites = info_field(url, "persistence", "aof_rewrites").await;
+    let aof = info_field(url, "persistence", "aof_current_size").await;
+    println!("note {what}: the server made {rewrites} AOF rewrites; AOF now {aof} bytes");
+    if std::env::var_os("DURABLE_COMMANDSTATS").is_some() {
+        let mut conn = raw_conn(url).await;
+        let stats: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let used: String = redis::cmd("INFO")
+            .arg("cpu")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        println!("{stats}\n{used}");
+    }
+}
+
+async fn used_memory(conn: &mut redis::aio::MultiplexedConnection) -> i64 {
+    let info: String = redis::cmd("INFO")
+        .arg("memory")
+        .query_async(conn)
+        .await
+        .unwrap();
+    info.lines()
+        .find_map(|line| line.strip_prefix("used_memory:"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+async fn raw_conn(url: &str) -> redis::aio::MultiplexedConnection {
+    let config =
+        redis::AsyncConnectionConfig::new().set_response_timeout(Some(Duration::from_secs(60)));
+    redis::Client::open(url)
+        .unwrap()
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+        .unwrap()
+}
+
+/// Schedules `delays` (ms) as jobs "0".."n" from PRODUCERS concurrent queue clients, in
+/// batches; `at` turns a delay into an absolute due time instead (D2). Returns the seconds.
+async fn produce_shardwheel(
+    server: &support::Server,
+    name: &str,
+    delays: &Arc<Vec<u64>>,
+    at: Option<u64>,
+) -> f64 {
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for producer in 0..PRODUCERS {
+        let queue = Queue::connect(&server.url(), name).await.unwrap();
+        let delays = Arc::clone(delays);
+        tasks.push(tokio::spawn(async move {
+            let indices: Vec<usize> = (producer..delays.len()).step_by(PRODUCERS).collect();
+            for chunk in indices.chunks(PRODUCER_BATCH) {
+                let ids: Vec<String> = chunk.iter().map(|i| i.to_string()).collect();
+                let jobs = ids.iter().zip(chunk).map(|(id, &i)| {
+                    let when = match at {
+                        Some(base) => {
+                            When::At(UNIX_EPOCH + Duration::from_millis(base + delays[i]))
+                        }
+                        None => When::After(Duration::from_millis(delays[i])),
+                    };
+                    (id.as_str(), when, &PAYLOAD[..])
+                });
+                let stored = queue.schedule_many(jobs).await.unwrap();
+                assert!(stored.iter().all(|&new| new));
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    start.elapsed().as_secs_f64()
+}
+
+async fn start_workers(server: &support::Server, name: &str, tally: &Arc<Tally>) -> Vec<Worker> {
+    let mut workers = Vec::new();
+    for _ in 0..WORKERS {
+        let queue = Queue::connect(&server.url(), name).await.unwrap();
+        let tally = Arc::clone(tally);
+        let mut builder = Worker::builder();
+        if let Some(window) = std::env::var("DURABLE_WINDOW_MS")
+            .ok()
+            .and_then(|w| w.parse().ok())
+        {
+            builder = builder.window(Duration::from_millis(window));
+        }
+        let worker = builder
+            .start(queue, move |job: Job| {
+                let now = unix_us(SystemTime::now());
+                let index: usize = job.id.parse().unwrap();
+                tally.record(index, unix_us(job.due), now);
+                std::future::ready(Ok::<(), ()>(()))
+            })
+            .unwrap();
+        workers.push(worker);
+    }
+    workers
+}
+
+async fn wait_delivered(tally: &Tally, n: u64, patience: Duration) {
+    let start = Instant::now();
+    while tally.distinct.load(Ordering::Relaxed) < n && start.elapsed() < patience {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The naive producer: ZADD with due = this client's clock + delay, member = id, pipelined.
+async fn produce_naive(
+    server: &support::Server,
+    key: &str,
+    delays: &Arc<Vec<u64>>,
+    at: Option<u64>,
+) -> f64 {
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for producer in 0..PRODUCERS {
+        let mut conn = raw_conn(&server.url()).await;
+        let delays = Arc::clone(delays);
+        let key = key.to_owned();
+        tasks.push(tokio::spawn(async move {
+            let indices: Vec<usize> = (producer..delays.len()).step_by(PRODUCERS).collect();
+            for chunk in indices.chunks(PRODUCER_BATCH) {
+                let base = at.unwrap_or_else(now_ms);
+                let mut pipe = redis::pipe();
+                for &i in chunk {
+                    // The payload rides in the member, as naive queues do.
+                    let mut member = i.to_string().into_bytes();
+                    member.push(b':');
+                    member.extend_from_slice(PAYLOAD);
+                    pipe.zadd(&key, member, base + delays[i]).ignore();
+                }
+                pipe.query_async::<()>(&mut conn).await.unwrap();
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    start.elapsed().as_secs_f64()
+}
+
+/// The naive poller: every 100 ms, ZRANGEBYSCORE due <= now LIMIT 1000, then ZREM them,
+/// and deliver what was fetched.
+async fn naive_poller(url: String, key: String, tally: Arc<Tally>, stop: Arc<AtomicU64>) {
+    let mut conn = raw_conn(&url).await;
+    while stop.load(Ordering::Relaxed) == 0 {
+        let due: Vec<(Vec<u8>, f64)> = redis::cmd("ZRANGEBYSCORE")
+            .arg(&key)
+            .arg("-inf")
+            .arg(now_ms())
+            .arg("WITHSCORES")
+            .arg("LIMIT")
+            .arg(0)
+            .arg(1000)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        if !due.is_empty() {
+            let members: Vec<&[u8]> = due.iter().map(|(m, _)| m.as_slice()).collect();
+            redis::cmd("ZREM")
+                .arg(&key)
+                .arg(&members)
+                .query_async::<()>(&mut conn)
+                .await
+                .unwrap();
+            for (member, score) in &due {
+                let now = unix_us(SystemTime::now());
+                let id = member.split(|&b| b == b':').next().unwrap();
+                let index: usize = std::str::from_utf8(id).unwrap().parse().unwrap();
+                tally.record(index, *score as u64 * 1000, now);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn uniform(n: usize, low: u64, high: u64) -> Arc<Vec<u64>> {
+    let mut rng = SplitMix64(42);
+    Arc::new((0..n).map(|_| rng.ms(low, high)).collect())
+}
+
+fn result_d1(name: &str, schedule_s: f64, tally: &Tally, n: usize) {
+    let (lost, twice) = tally.lost_twice();
+    let span = (tally
+        .last
+        .load(Ordering::Relaxed)
+        .saturating_sub(tally.first.load(Ordering::Relaxed))) as f64
+        / 1e6;
+    println!(
+        "RESULT D1 {name} schedule_per_s={:.0} deliver_per_s={:.0} late_p50_ms={:.2} late_p99_ms={:.2} late_max_ms={:.2} early={} lost={lost} twice={twice}",
+        n as f64 / schedule_s,
+        tally.delivered.load(Ordering::Relaxed) as f64 / span.max(1e-9),
+        tally.late_ms(0.5),
+        tally.late_ms(0.99),
+        tally.late_ms(1.0),
+        tally.early.load(Ordering::Relaxed),
+    );
+    let quiet = tally.late_quiet.lock().unwrap();
+    println!(
+        "note D1 {name}: the {} jobs due after scheduling ended: late_p50_ms={:.2} late_p99_ms={:.2} late_max_ms={:.2}",
+        quiet.len(),
+        quiet.value_at_quantile(0.5) as f64 / 1000.0,
+        quiet.value_at_quantile(0.99) as f64 / 1000.0,
+        quiet.max() as f64 / 1000.0,
+    );
+}
+
+/// The implementations to run: both, unless `DURABLE_ONLY` names one (quick checks).
+fn implementations() -> Vec<&'static str> {
+    let only = std::env::var("DURABLE_ONLY").unwrap_or_default();
+    ["shardwheel-redis", "naive-poller"]
+        .into_iter()
+        .filter(|name| !only.contains("-") || only.contains(name))
+        .collect()
+}
+
+async fn d1(scale: f64) {
+    let n = (1_000_000.0 * scale) as usize;
+    let span = ((60_000.0 * scale) as u64).max(6_000);
+    let delays = uniform(n, 1_000, span);
+    if implementations().contains(&"shardwheel-redis") {
+        let server = support::Server::start();
+        let tally = Tally::new(n);
+        let workers = start_workers(&server, "d1", &tally).await;
+        let schedule_s = produce_shardwheel(&server, "d1", &delays, None).await;
+        tally
+            .quiet_from
+            .store(unix_us(SystemTime::now()), Ordering::Relaxed);
+        wait_delivered(&tally, n as u64, Duration::from_millis(span + 60_000)).await;
+        for worker in workers {
+            let stats = worker.stop().await;
+            eprintln!("D1 worker: {stats}");
+        }
+        result_d1("shardwheel-redis", schedule_s, &tally, n);
+        server_note(&server.url(), "D1 shardwheel-redis").await;
+    }
+    if implementations().contains(&"naive-poller") {
+        let server = support::Server::start();
+        let tally = Tally::new(n);
+        let stop = Arc::new(AtomicU64::new(0));
+        let pollers: Vec<_> = (0..WORKERS)
+            .map(|_| {
+                tokio::spawn(naive_poller(
+                    server.url(),
+                    "naive".to_owned(),
+                    Arc::clone(&tally),
+                    Arc::clone(&stop),
+                ))
+            })
+            .collect();
+        let schedule_s = produce_naive(&server, "naive", &delays, None).await;
+        tally
+            .quiet_from
+            .store(unix_us(SystemTime::now()), Ordering::Relaxed);
+        wait_delivered(&tally, n as u64, Duration::from_millis(span + 60_000)).await;
+        stop.store(1, Ordering::Relaxed);
+        for poller in pollers {
+            poller.await.unwrap();
+        }
+        result_d1("naive-poller", schedule_s, &tally, n);
+        server_note(&server.url(), "D1 naive-poller").await;
+    }
+}
+
+async fn d2(scale: f64) {
+    let n = (500_000.0 * scale) as usize;
+    let offsets = uniform(n, 0, 1_000);
+    for name in implementations() {
+        let server = support::Server::start();
+        let tally = Tally::new(n);
+        // The burst second starts 20 s from now (on this machine's clock, the server's too):
+        // scheduling ends before it.
+        let second = now_ms() + 20_000;
+        let stop = Arc::new(AtomicU64::new(0));
+        let (workers, pollers) = if name == "shardwheel-redis" {
+            let workers = start_workers(&server, "d2", &tally).await;
+            let schedule_s = produce_shardwheel(&server, "d2", &offsets, Some(second)).await;
+            eprintln!("D2 {name}: scheduled {n} in {schedule_s:.1} s");
+            (workers, Vec::new())
+        } else {
+            let pollers: Vec<_> = (0..WORKERS)
+                .map(|_| {
+                    tokio::spawn(naive_poller(
+                        server.url(),
+                        "naive".to_owned(),
+                        Arc::clone(&tally),
+                        Arc::clone(&stop),
+                    ))
+                })
+                .collect();
+            let schedule_s = produce_naive(&server, "naive", &offsets, Some(second)).await;
+            eprintln!("D2 {name}: scheduled {n} in {schedule_s:.1} s");
+            (Vec::new(), pollers)
+        };
+        assert!(now_ms() < second, "scheduling ran past the burst second");
+        if !workers.is_empty() {
+            tokio::time::sleep(Duration::from_millis(second.saturating_sub(now_ms()))).await;
+            let claimed: u64 = workers.iter().map(|w| w.stats().claimed).sum();
+            println!("note D2 {name}: {claimed} of {n} jobs claimed when the burst second began");
+        }
+        wait_delivered(&tally, n as u64, Duration::from_secs(20 + 120)).await;
+        stop.store(1, Ordering::Relaxed);
+        for poller in pollers {
+            poller.await.unwrap();
+        }
+        for worker in workers {
+            eprintln!("D2 worker: {}", worker.stop().await);
+        }
+        let (lost, twice) = tally.lost_twice();
+        let last = tally.last.load(Ordering::Relaxed);
+        let span = last.saturating_sub(tally.first.load(Ordering::Relaxed)) as f64 / 1e6;
+        println!(
+            "RESULT D2 {name} burst_all_delivered_s={:.3} deliver_per_s={:.0} late_p99_ms={:.2} late_max_ms={:.2} early={} lost={lost} twice={twice}",
+            last.saturating_sub(second * 1000) as f64 / 1e6,
+            tally.delivered.load(Ordering::Relaxed) as f64 / span.max(1e-9),
+            tally.late_ms(0.99),
+            tally.late_ms(1.0),
+            tally.early.load(Ordering::Relaxed),
+        );
+        server_note(&server.url(), &format!("D2 {name}")).await;
+    }
+}
+
+async fn d3(scale: f64) {
+    let n = (1_000_000.0 * scale) as usize;
+    let delays = uniform(n, 3_600_000, 7_200_000);
+    for name in implementations() {
+        let server = support::Server::start();
+        let mut conn = raw_conn(&server.url()).await;
+        // The queue's meta key and connections exist before the first reading.
+        let _ = Queue::connect(&server.url(), "d3").await.unwrap();
+        let before = used_memory(&mut conn).await;
+        let schedule_s = if name == "shardwheel-redis" {
+            produce_shardwheel(&server, "d3", &delays, None).await
+        } else {
+            produce_naive(&server, "d3", &delays, None).await
+        };
+        println!(
+            "note D3 {name}: scheduled at {:.0} per second with nothing else running",
+            n as f64 / schedule_s
+        );
+        let after = used_memory(&mut conn).await;
+        println!(
+            "RESULT D3 {name} redis_bytes_per_job={:.1}",
+            (after - before) as f64 / n as f64 - PAYLOAD.len() as f64
+        );
+    }
+}
+
+fn main() {
+    let scale: f64 = std::env::var("DURABLE_SCALE")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1.0);
+    let only = std::env::var("DURABLE_ONLY").unwrap_or_default();
+    println!(
+        "loadavg start: {} (cores: {})",
+        loadavg(),
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    );
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        if only.is_empty() || only.contains("D3") {
+            d3(scale).await;
+        }
+        if only.is_empty() || only.contains("D1") {
+            d1(scale).await;
+        }
+        if only.is_empty() || only.contains("D2") {
+            d2(scale).await;
+        }
+    });
+    println!("loadavg end: {}", loadavg());
+}

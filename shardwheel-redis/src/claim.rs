@@ -1,0 +1,219 @@
+//! Claiming: `claim.lua` on each shard in turn, its reply turned into local timers.
+//!
+//! The claim reply carries the server's `TIME`; the request left at local instant `sent`
+//! and the reply came back at `received`, so the server read its clock somewhere in
+//! between. Each reply tightens the worker's bounds on the server's clock (`clock`), and a
+//! job goes into the local `Timer` at the first instant at which the server's clock has
+//! certainly reached its due time: no job starts early, whatever this machine's wall clock
+//! says (it is never read). A round asks every shard at once (one pipelined round trip, not
+//! one per shard); when a shard filled its batch the next round starts at once, otherwise
+//! the claimer sleeps `poll`, or less if stopped. Claims pause while the local timer holds
+//! `max_held` jobs.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, UNIX_EPOCH};
+
+use redis::Value;
+use shardwheel::Timer;
+use tokio::sync::mpsc;
+
+use crate::conn::Conn;
+use crate::scripts::SCRIPTS;
+use crate::settle::{Action, Settle};
+use crate::stats::Counters;
+use crate::worker::{Job, Shared, ms};
+
+/// A claimed job in the local timer.
+pub(crate) struct Claimed {
+    pub(crate) shard: u32,
+    pub(crate) token: u64,
+    pub(crate) due_ms: i64,
+    pub(crate) job: Job,
+}
+
+/// The server's clock at a claim (Unix ns), bracketed by the local instants of request and
+/// reply.
+#[derive(Clone, Copy)]
+pub(crate) struct ClaimBase {
+    pub(crate) server_ns: i128,
+    pub(crate) sent: Instant,
+    pub(crate) received: Instant,
+}
+
+fn int(value: &Value) -> Option<i64> {
+    match value {
+        Value::Int(n) => Some(*n),
+        Value::BulkString(bytes) => std::str::from_utf8(bytes).ok()?.parse().ok(),
+        _ => None,
+    }
+}
+
+fn bytes(value: Value) -> Option<Vec<u8>> {
+    match value {
+        Value::BulkString(bytes) => Some(bytes),
+        Value::SimpleString(text) => Some(text.into_bytes()),
+        _ => None,
+    }
+}
+
+/// One claimed job as the claim script returns it: id, due ms, token, attempt, payload.
+pub(crate) type ClaimedRow = (String, i64, u64, u32, Vec<u8>);
+
+/// Parses a claim reply: {now ms, {id, due, token, attempt, payload, ...}, reaped, TIME
+/// seconds, TIME microseconds}; returns (server ns, jobs, reaped).
+pub(crate) fn parse_claim(reply: Value) -> Option<(i128, Vec<ClaimedRow>, u64)> {
+    let Value::Array(mut parts) = reply else {
+        return None;
+    };
+    if parts.len() != 5 {
+        return None;
+    }
+    let reaped = u64::try_from(int(&parts[2])?).ok()?;
+    let server_ns =
+        i128::from(int(&parts[3])?) * 1_000_000_000 + i128::from(int(&parts[4])?) * 1000;
+    let Value::Array(flat) = std::mem::replace(&mut parts[1], Value::Nil) else {
+        return None;
+    };
+    let mut jobs = Vec::with_capacity(flat.len() / 5);
+    let mut items = flat.into_iter();
+    while let Some(id) = items.next() {
+        let id = String::from_utf8(bytes(id)?).ok()?;
+        let due = int(&items.next()?)?;
+        let token = u64::try_from(int(&items.next()?)?).ok()?;
+        let attempt = u32::try_from(int(&items.next()?)?).ok()?;
+        let payload = bytes(items.next()?)?;
+        jobs.push((id, due, token, attempt, payload));
+    }
+    Some((server_ns, jobs, reaped))
+}
+
+/// One claim call on one shard: the reply with the local instants around it.
+async fn claim_shard(
+    shared: &Shared,
+    mut conn: Conn,
+    shard: u32,
+    room: usize,
+) -> Option<(u32, usize, ClaimBase, Vec<ClaimedRow>, u64)> {
+    let queue = &shared.queue;
+    let config = &shared.config;
+    let keys = queue.keys(shard);
+    let mut invocation = SCRIPTS.claim.prepare_invoke();
+    invocation
+        .key(&keys.due)
+        .key(&keys.lease)
+        .key(&keys.tok)
+        .key(&keys.dead)
+        .key(&keys.seq)
+        .key(&keys.att)
+        .arg(&keys.payload_prefix)
+        .arg(queue.shards())
+        .arg(queue.buckets())
+        .arg(ms(config.window))
+        .arg(ms(config.lease))
+        .arg(room)
+        .arg(config.batch)
+        .arg(config.max_attempts);
+    let sent = Instant::now();
+    let reply: Value = invocation.invoke_async(&mut conn).await.ok()?;
+    let received = Instant::now();
+    let (server_ns, jobs, reaped) = parse_claim(reply)?;
+    let base = ClaimBase {
+        server_ns,
+        sent,
+        received,
+    };
+    Some((shard, room, base, jobs, reaped))
+}
+
+/// Claims from every shard at once, round after round, until stopped.
+pub(crate) async fn claim_loop(
+    shared: Arc<Shared>,
+    timer: Arc<Timer<Claimed>>,
+    settle_tx: mpsc::UnboundedSender<Settle>,
+) {
+    let counters = &shared.counters;
+    let conn: Conn = shared.queue.conn();
+    let shards = shared.queue.shards();
+    loop {
+        if shared.stopping.load(std::sync::atomic::Ordering::Relaxed) {
+            return;
+        }
+        // The shards are asked concurrently (one pipelined round trip for all of them), each
+        // for an equal share of the room left in the local timer.
+        let held = counters.held.load(std::sync::atomic::Ordering::Relaxed) as usize;
+        let room = shared.config.max_held.saturating_sub(held);
+        let share = room.div_ceil(shards as usize).min(shared.config.batch);
+        let mut full = false;
+        if share > 0 {
+            let calls = (0..shards).map(|shard| claim_shard(&shared, conn.clone(), shard, share));
+            let outcomes = futures_util::future::join_all(calls).await;
+            // Every reply tightens the bounds on the server's clock before any job of the
+            // round is placed.
+            {
+                let mut clock = shared.lock_clock();
+                for (_, _, base, _, _) in outcomes.iter().flatten() {
+                    clock.observe(base.sent, base.received, base.server_ns);
+                }
+            }
+            for outcome in outcomes {
+                let Some((shard, asked, base, jobs, reaped)) = outcome else {
+                    Counters::add(&counters.errors, 1);
+                    continue;
+                };
+                Counters::add(&counters.reaped, reaped);
+                Counters::add(&counters.claimed, jobs.len() as u64);
+                full |= jobs.len() == asked;
+                for row in jobs {
+                    hold(&shared, &timer, &settle_tx, shard, base, row);
+                }
+            }
+        }
+        if !full {
+            tokio::select! {
+                () = tokio::time::sleep(shared.config.poll) => {}
+                () = shared.stop.notified() => return,
+            }
+        }
+    }
+}
+
+/// Puts one claimed job into the local timer at the instant its due time comes by the
+/// server's clock, or gives it back at once if the timer refuses it.
+fn hold(
+    shared: &Shared,
+    timer: &Timer<Claimed>,
+    settle_tx: &mpsc::UnboundedSender<Settle>,
+    shard: u32,
+    base: ClaimBase,
+    (id, due_ms, token, attempt, payload): ClaimedRow,
+) {
+    let counters = &shared.counters;
+    let due_ns = i128::from(due_ms) * 1_000_000;
+    let at = shared.lock_clock().deadline(due_ns).unwrap_or_else(|| {
+        // Not reached (this claim was observed): the claim's own bound.
+        let ahead = (due_ns - base.server_ns).max(0);
+        base.received + Duration::from_nanos(u64::try_from(ahead).unwrap_or(u64::MAX))
+    });
+    let claimed = Claimed {
+        shard,
+        token,
+        due_ms,
+        job: Job {
+            id,
+            payload,
+            due: UNIX_EPOCH + Duration::from_millis(due_ms.max(0) as u64),
+            attempt,
+        },
+    };
+    Counters::add(&counters.held, 1);
+    if let Err(refused) = timer.insert_at(at, claimed) {
+        Counters::add(&counters.held, 0u64.wrapping_sub(1));
+        let claimed = refused.into_inner();
+        let _ = settle_tx.send(Settle {
+            shard: claimed.shard,
+            id: claimed.job.id,
+            token: claimed.token,
+            action: Action::Release,
+        });
+    }
+}

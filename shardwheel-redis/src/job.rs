@@ -1,0 +1,154 @@
+//! The values the queue API takes and returns: when a job is due, what a cancel or a
+//! reschedule found, where a job is, how many jobs a queue holds.
+//!
+//! `When` is encoded for the scripts as a mode and a number of milliseconds: a delay (`d`),
+//! which the script adds to the server's `TIME`, or an absolute Unix time (`a`), which the
+//! caller chose; the client's clock decides neither.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// The latest due time accepted, as Unix ms (year ~2255): a larger delay is clamped.
+const MAX_DUE_MS: u64 = 9_000_000_000_000;
+
+/// When a job is due: after a delay counted on the server's clock, or at a wall-clock time.
+///
+/// ```
+/// use std::time::{Duration, SystemTime};
+/// use shardwheel_redis::When;
+///
+/// let soon: When = Duration::from_secs(30).into();
+/// let new_year: When = (SystemTime::UNIX_EPOCH + Duration::from_secs(1_798_761_600)).into();
+/// assert!(matches!(soon, When::After(_)) && matches!(new_year, When::At(_)));
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum When {
+    /// Due this long after the server receives the call (by the server's `TIME`).
+    After(Duration),
+    /// Due at this time (a time in the past: due at once). Resolved to the millisecond.
+    At(SystemTime),
+}
+
+impl From<Duration> for When {
+    fn from(delay: Duration) -> Self {
+        When::After(delay)
+    }
+}
+
+impl From<SystemTime> for When {
+    fn from(at: SystemTime) -> Self {
+        When::At(at)
+    }
+}
+
+impl When {
+    /// The script's mode and time argument: ('d', delay ms) or ('a', Unix ms).
+    pub(crate) fn encode(self) -> (&'static str, u64) {
+        match self {
+            When::After(delay) => ("d", (delay.as_millis().min(u128::from(MAX_DUE_MS))) as u64),
+            When::At(at) => (
+                "a",
+                at.duration_since(UNIX_EPOCH).map_or(0, |since| {
+                    since.as_millis().min(u128::from(MAX_DUE_MS)) as u64
+                }),
+            ),
+        }
+    }
+}
+
+/// What [`Queue::cancel`](crate::Queue::cancel) found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+///
+/// ```no_run
+/// # async fn run(queue: shardwheel_redis::Queue) -> Result<(), shardwheel_redis::Error> {
+/// use shardwheel_redis::Cancelled;
+/// match queue.cancel("welcome-42").await? {
+///     Cancelled::Pending | Cancelled::Dead | Cancelled::NotFound => {}
+///     Cancelled::Claimed => println!("a worker may still run it once"),
+/// }
+/// # Ok(()) }
+/// ```
+pub enum Cancelled {
+    /// The job was pending: it will never run.
+    Pending,
+    /// A worker had claimed it: that worker may still run it (once); its ack is refused.
+    Claimed,
+    /// It was in the dead-letter set; it is gone.
+    Dead,
+    /// No job has this id (never scheduled, or already acknowledged or cancelled).
+    NotFound,
+}
+
+/// What [`Queue::reschedule`](crate::Queue::reschedule) found before moving the job.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+///
+/// ```no_run
+/// # async fn run(queue: shardwheel_redis::Queue) -> Result<(), shardwheel_redis::Error> {
+/// use shardwheel_redis::Rescheduled;
+/// let found = queue.reschedule("welcome-42", std::time::Duration::from_secs(30), None).await?;
+/// if found == Rescheduled::NotFound {
+///     queue.schedule("welcome-42", std::time::Duration::from_secs(30), b"user 42").await?;
+/// }
+/// # Ok(()) }
+/// ```
+pub enum Rescheduled {
+    /// The job was pending; it now waits for its new time.
+    Pending,
+    /// A worker had claimed it: the claim is revoked (that worker may still run it once, and
+    /// its ack is refused); the job runs again at the new time.
+    Claimed,
+    /// It was in the dead-letter set: revived, its attempts reset.
+    Dead,
+    /// No job has this id; nothing was scheduled.
+    NotFound,
+}
+
+/// Where a job is, as [`Queue::status`](crate::Queue::status) reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+///
+/// ```no_run
+/// # async fn run(queue: shardwheel_redis::Queue) -> Result<(), shardwheel_redis::Error> {
+/// use shardwheel_redis::JobState;
+/// if let Some((JobState::Dead { attempts, .. }, payload)) = queue.status("welcome-42").await? {
+///     println!("gave up after {attempts} attempts on {payload:?}");
+/// }
+/// # Ok(()) }
+/// ```
+pub enum JobState {
+    /// Waiting in the store until `due` (server clock).
+    Pending {
+        /// When it is due.
+        due: SystemTime,
+        /// Attempts already made (failed or expired leases).
+        attempts: u32,
+    },
+    /// Claimed by a worker, whose lease expires at `lease_until` (server clock).
+    Claimed {
+        /// When the lease expires and the job goes back to due.
+        lease_until: SystemTime,
+        /// The attempt under way (1 for the first).
+        attempt: u32,
+    },
+    /// In the dead-letter set after using its attempts.
+    Dead {
+        /// When it was dead-lettered.
+        since: SystemTime,
+        /// Attempts made.
+        attempts: u32,
+    },
+}
+
+/// How many jobs a queue holds, by state (summed over its shards).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+///
+/// ```
+/// let counts = shardwheel_redis::Counts::default();
+/// assert_eq!(counts.pending + counts.claimed + counts.dead, 0);
+/// ```
+pub struct Counts {
+    /// Jobs waiting for their due time (or to be claimed).
+    pub pending: u64,
+    /// Jobs claimed by a worker and not yet acknowledged.
+    pub claimed: u64,
+    /// Jobs in the dead-letter set.
+    pub dead: u64,
+}

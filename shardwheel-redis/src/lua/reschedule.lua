@@ -1,0 +1,36 @@
+-- reschedule.lua: moves one job to a new due time, whatever its state.
+--
+-- KEYS[1] due zset   KEYS[2] lease zset   KEYS[3] tok hash   KEYS[4] dead zset
+-- KEYS[5] att hash
+-- ARGV[1] payload hash prefix   ARGV[2] shards   ARGV[3] buckets   ARGV[4] id
+-- ARGV[5] 'd' (ARGV[6] is a delay in ms from the server's TIME) or 'a' (Unix ms)
+-- ARGV[6] the delay or due time   ARGV[7] new payload, or absent to keep it
+--
+-- Contract: if the id is unknown, returns 0 and changes nothing. Otherwise the job enters
+-- the due set at the new time with its attempts reset, and the result says where it was:
+-- 1 pending, 2 claimed (the claim is revoked: its worker may still run it, once, and its
+-- ack is refused), 3 dead (revived).
+-- Bound: O(log N).
+-- bucket(prefix, id, shards, buckets) is prepended from bucket.lua when loaded (scripts.rs).
+local id = ARGV[4]
+local hash = bucket(ARGV[1], id, tonumber(ARGV[2]), tonumber(ARGV[3]))
+if redis.call('HEXISTS', hash, id) == 0 then return 0 end
+if ARGV[7] then redis.call('HSET', hash, id, ARGV[7]) end
+local when = tonumber(ARGV[6])
+if ARGV[5] == 'd' then
+  local t = redis.call('TIME')
+  when = when + tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+redis.call('HDEL', KEYS[5], id)
+local was = 1
+if redis.call('ZSCORE', KEYS[1], id) == false then
+  if redis.call('ZREM', KEYS[2], id) == 1 then
+    redis.call('HDEL', KEYS[3], id)
+    was = 2
+  else
+    redis.call('ZREM', KEYS[4], id)
+    was = 3
+  end
+end
+redis.call('ZADD', KEYS[1], when, id)
+return was

@@ -1,0 +1,73 @@
+-- settle.lua: acks, fails or releases claimed jobs, each fenced by its token.
+--
+-- KEYS[1] due zset   KEYS[2] lease zset   KEYS[3] tok hash   KEYS[4] dead zset
+-- KEYS[5] att hash
+-- ARGV[1] payload hash prefix   ARGV[2] shards   ARGV[3] buckets
+-- ARGV[4] attempts before the dead-letter set   ARGV[5] backoff base ms
+-- ARGV[6] backoff cap ms
+-- ARGV[7..] triples: id, token, action ('a' ack, 'f' failed, 'r' release unrun)
+--
+-- Contract: an action applies only if the job's current token (tok hash) equals the one
+-- given, i.e. the caller's lease is still the live one: a worker whose lease expired and was
+-- reaped, or whose job was cancelled or rescheduled meanwhile, is refused (result 0).
+-- ack: the job is deleted everywhere, result 1. failed: back to due at now + min(base *
+-- 2^(attempt-1), cap) by the server's TIME, result 1, or to the dead set once it used its
+-- attempts, result 2. release: back to due at its own due time, the attempt not counted,
+-- result 1.
+-- Bound: O(n log N) for n triples (the client sends at most 512 a call); an ack costs one
+-- redis call (its payload) plus a few per batch.
+-- bucket(prefix, id, shards, buckets) is prepended from bucket.lua when loaded (scripts.rs).
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local prefix, shards, buckets = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local max_attempts, base, cap = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local ids = {}
+for i = 7, #ARGV, 3 do ids[#ids + 1] = ARGV[i] end
+local out = {}
+if #ids == 0 then return out end
+local recs = redis.call('HMGET', KEYS[3], unpack(ids))
+local has_att = redis.call('EXISTS', KEYS[5]) == 1
+local settled, seen = {}, {}
+for k = 1, #ids do
+  local i = 7 + (k - 1) * 3
+  local id, token, action = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+  local rec = recs[k]
+  local result = 0
+  if rec and not seen[id] then
+    local held, at, attempt = string.match(rec, '^(%d+):(%-?%d+):(%d+)$')
+    if held == token then
+      seen[id] = true
+      settled[#settled + 1] = id
+      attempt = tonumber(attempt)
+      if action == 'a' then
+        if has_att then redis.call('HDEL', KEYS[5], id) end
+        redis.call('HDEL', bucket(prefix, id, shards, buckets), id)
+        result = 1
+      elseif action == 'f' then
+        redis.call('HSET', KEYS[5], id, attempt)
+        if attempt >= max_attempts then
+          redis.call('ZADD', KEYS[4], now, id)
+          result = 2
+        else
+          redis.call('ZADD', KEYS[1], now + math.min(base * 2 ^ (attempt - 1), cap), id)
+          result = 1
+        end
+      else
+        if attempt <= 1 then
+          if has_att then redis.call('HDEL', KEYS[5], id) end
+        else
+          redis.call('HSET', KEYS[5], id, attempt - 1)
+        end
+        redis.call('ZADD', KEYS[1], tonumber(at), id)
+        result = 1
+      end
+    end
+  end
+  out[#out + 1] = result
+end
+-- The settled leases end together: one call each.
+if #settled > 0 then
+  redis.call('HDEL', KEYS[3], unpack(settled))
+  redis.call('ZREM', KEYS[2], unpack(settled))
+end
+return out

@@ -1,0 +1,24 @@
+-- status.lua: where one job is (read only).
+--
+-- KEYS[1] due zset   KEYS[2] lease zset   KEYS[3] tok hash   KEYS[4] dead zset
+-- KEYS[5] att hash
+-- ARGV[1] payload hash prefix   ARGV[2] shards   ARGV[3] buckets   ARGV[4] id
+--
+-- Contract: returns {state, time ms, attempts, payload} with state 1 pending (time: due),
+-- 2 claimed (time: lease expiry), 3 dead (time: when it died), or {0} if unknown.
+-- Bound: O(1) calls, O(log N) each.
+-- bucket(prefix, id, shards, buckets) is prepended from bucket.lua when loaded (scripts.rs).
+local id = ARGV[4]
+local payload = redis.call('HGET', bucket(ARGV[1], id, tonumber(ARGV[2]), tonumber(ARGV[3])), id)
+if not payload then return {0} end
+local attempts = tonumber(redis.call('HGET', KEYS[5], id) or '0')
+local score = redis.call('ZSCORE', KEYS[1], id)
+if score then return {1, tonumber(score), attempts, payload} end
+score = redis.call('ZSCORE', KEYS[2], id)
+if score then
+  local rec = redis.call('HGET', KEYS[3], id) or ''
+  local attempt = string.match(rec, ':(%d+)$')
+  return {2, tonumber(score), tonumber(attempt or attempts), payload}
+end
+score = redis.call('ZSCORE', KEYS[4], id)
+return {3, tonumber(score or '0'), attempts, payload}

@@ -1,0 +1,592 @@
+//! The queue: connect, schedule, cancel, reschedule, look up.
+//!
+//! A [`Queue`] is a handle on the Redis keys of one named queue (see `keys` for the layout)
+//! and a multiplexed connection; it is cheap to clone and share. Every call is one Lua script
+//! per shard touched, so each step is atomic on the server, and every due time is computed
+//! from the server's `TIME`: a delay given here is added to the server's clock, and an
+//! absolute [`SystemTime`] is taken as the caller's wish, never compared with this machine's
+//! clock. [`Queue::schedule_many`] groups jobs by shard and sends up to 512 per script call,
+//! the calls of different shards concurrently: that is the fast path for producers.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use redis::Value;
+use redis::aio::ConnectionManagerConfig;
+use redis::cluster::ClusterClient;
+
+use crate::conn::Conn;
+use crate::error::Error;
+use crate::job::{Cancelled, Counts, JobState, Rescheduled, When};
+use crate::keys::{ShardKeys, shard_of};
+use crate::scripts::SCRIPTS;
+
+/// The longest job id, in bytes.
+///
+/// ```
+/// assert_eq!(shardwheel_redis::MAX_ID_LEN, 512);
+/// ```
+pub const MAX_ID_LEN: usize = 512;
+/// Jobs per script call in [`Queue::schedule_many`] and the worker's settles: bounds the time
+/// one call holds the server.
+pub(crate) const BATCH: usize = 512;
+
+/// Options of a queue handle; [`Queue::builder`] starts one.
+///
+/// ```no_run
+/// # async fn run() -> Result<(), shardwheel_redis::Error> {
+/// let queue = shardwheel_redis::Queue::builder("emails")
+///     .shards(32)
+///     .connect("redis://127.0.0.1:6379")
+///     .await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct QueueBuilder {
+    name: String,
+    shards: u32,
+    buckets: u32,
+    response_timeout: Duration,
+}
+
+impl QueueBuilder {
+    /// Shards of the queue (default 16): the unit of atomicity and of spreading over a
+    /// cluster's nodes. Every client of a queue must use the same count (checked at connect).
+    ///
+    /// ```
+    /// let builder = shardwheel_redis::Queue::builder("emails").shards(64);
+    /// ```
+    pub fn shards(mut self, shards: u32) -> Self {
+        self.shards = shards;
+        self
+    }
+
+    /// Payload hashes per shard (default 1024). Each stays compact while it holds up to 128
+    /// jobs, so about `shards * buckets * 100` pending jobs get the smallest memory per job.
+    ///
+    /// ```
+    /// // About 100 million pending jobs at the compact size.
+    /// let builder = shardwheel_redis::Queue::builder("emails").shards(64).buckets(16_384);
+    /// ```
+    pub fn buckets(mut self, buckets: u32) -> Self {
+        self.buckets = buckets;
+        self
+    }
+
+    /// How long to wait for a reply from Redis (default 10 s).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let builder = shardwheel_redis::Queue::builder("emails").response_timeout(Duration::from_secs(2));
+    /// ```
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.response_timeout = timeout;
+        self
+    }
+
+    fn check(&self) -> Result<(), Error> {
+        if self.name.is_empty() {
+            return Err(Error::InvalidName("a queue name must not be empty"));
+        }
+        if self.name.contains(['{', '}']) {
+            return Err(Error::InvalidName("a queue name must not contain { or }"));
+        }
+        if self.shards == 0 || self.buckets == 0 {
+            return Err(Error::InvalidConfig(
+                "shards and buckets must be at least 1",
+            ));
+        }
+        if self.response_timeout.is_zero() {
+            return Err(Error::InvalidConfig(
+                "the response timeout must not be zero",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Connects to one Redis server (`redis://host:port`, `redis+unix:///path`).
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), shardwheel_redis::Error> {
+    /// let queue = shardwheel_redis::Queue::builder("emails")
+    ///     .connect("redis+unix:///run/redis/redis.sock")
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidName`] / [`Error::InvalidConfig`] for bad options,
+    /// [`Error::LayoutMismatch`] if the queue exists with other counts, [`Error::Redis`] if
+    /// the server cannot be reached.
+    pub async fn connect(self, url: &str) -> Result<Queue, Error> {
+        self.check()?;
+        let client = redis::Client::open(url)?;
+        let config = ConnectionManagerConfig::new()
+            .set_response_timeout(Some(self.response_timeout))
+            .set_connection_timeout(Some(self.response_timeout));
+        let conn = client.get_connection_manager_with_config(config).await?;
+        self.finish(Conn::Single(conn)).await
+    }
+
+    /// Connects to a Redis Cluster through any of its nodes (`redis://host:port` each).
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), shardwheel_redis::Error> {
+    /// let nodes = ["redis://10.0.0.1:6379", "redis://10.0.0.2:6379"];
+    /// let queue = shardwheel_redis::Queue::builder("emails").connect_cluster(&nodes).await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`connect`](Self::connect).
+    pub async fn connect_cluster(self, nodes: &[&str]) -> Result<Queue, Error> {
+        self.check()?;
+        let client = ClusterClient::builder(nodes.iter().copied())
+            .response_timeout(self.response_timeout)
+            .connection_timeout(self.response_timeout)
+            .build()?;
+        let conn = client.get_async_connection().await?;
+        self.finish(Conn::Cluster(conn)).await
+    }
+
+    /// Records the layout in `{name}:meta` if the queue is new, or checks it.
+    async fn finish(self, mut conn: Conn) -> Result<Queue, Error> {
+        let meta = format!("{{{}}}:meta", self.name);
+        let (shards, buckets): (Option<u32>, Option<u32>) = redis::pipe()
+            .hset_nx(&meta, "shards", self.shards)
+            .ignore()
+            .hset_nx(&meta, "buckets", self.buckets)
+            .ignore()
+            .hget(&meta, "shards")
+            .hget(&meta, "buckets")
+            .query_async(&mut conn)
+            .await?;
+        let stored = (shards.unwrap_or(0), buckets.unwrap_or(0));
+        if stored != (self.shards, self.buckets) {
+            return Err(Error::LayoutMismatch {
+                stored,
+                configured: (self.shards, self.buckets),
+            });
+        }
+        let keys = (0..self.shards)
+            .map(|shard| ShardKeys::new(&self.name, shard))
+            .collect();
+        Ok(Queue {
+            conn,
+            inner: Arc::new(Inner {
+                name: self.name,
+                shards: self.shards,
+                buckets: self.buckets,
+                keys,
+            }),
+        })
+    }
+}
+
+struct Inner {
+    name: String,
+    shards: u32,
+    buckets: u32,
+    keys: Vec<ShardKeys>,
+}
+
+/// A durable queue of delayed jobs in Redis. Cheap to clone; all clones share one connection.
+///
+/// # Guarantee
+///
+/// At-least-once: once [`schedule`](Self::schedule) returns `Ok`, the job runs at or after
+/// its due time by the server's clock until one run is acknowledged, each run under one live
+/// lease at a time; it runs again only if a worker dies, stalls past its lease or fails it.
+///
+/// # Examples
+///
+/// ```no_run
+/// use std::time::Duration;
+///
+/// # async fn run() -> Result<(), shardwheel_redis::Error> {
+/// let queue = shardwheel_redis::Queue::connect("redis://127.0.0.1:6379", "emails").await?;
+/// assert!(queue.schedule("welcome-42", Duration::from_secs(60), b"user 42").await?);
+/// // The same id again changes nothing.
+/// assert!(!queue.schedule("welcome-42", Duration::from_secs(5), b"other").await?);
+/// queue.cancel("welcome-42").await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Queue {
+    conn: Conn,
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Queue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Queue")
+            .field("name", &self.inner.name)
+            .field("shards", &self.inner.shards)
+            .field("buckets", &self.inner.buckets)
+            .finish()
+    }
+}
+
+fn check_id(id: &str) -> Result<(), Error> {
+    if id.is_empty() {
+        return Err(Error::InvalidId("an id must not be empty"));
+    }
+    if id.len() > MAX_ID_LEN {
+        return Err(Error::InvalidId("an id must be at most 512 bytes"));
+    }
+    Ok(())
+}
+
+fn unix_ms(ms: i64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64)
+}
+
+impl Queue {
+    /// Options for a queue named `name`; see [`QueueBuilder`].
+    ///
+    /// ```
+    /// let builder = shardwheel_redis::Queue::builder("emails");
+    /// ```
+    pub fn builder(name: &str) -> QueueBuilder {
+        QueueBuilder {
+            name: name.to_owned(),
+            shards: 16,
+            buckets: 1024,
+            response_timeout: Duration::from_secs(10),
+        }
+    }
+
+    /// Connects to the queue `name` on one server with the default options.
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), shardwheel_redis::Error> {
+    /// let queue = shardwheel_redis::Queue::connect("redis://127.0.0.1:6379", "emails").await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`QueueBuilder::connect`].
+    pub async fn connect(url: &str, name: &str) -> Result<Queue, Error> {
+        Queue::builder(name).connect(url).await
+    }
+
+    /// The queue's name.
+    ///
+    /// ```no_run
+    /// # fn run(queue: &shardwheel_redis::Queue) {
+    /// assert_eq!(queue.name(), "emails");
+    /// # }
+    /// ```
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// The queue's shard count.
+    ///
+    /// ```no_run
+    /// # fn run(queue: &shardwheel_redis::Queue) {
+    /// assert_eq!(queue.shards(), 16);
+    /// # }
+    /// ```
+    pub fn shards(&self) -> u32 {
+        self.inner.shards
+    }
+
+    pub(crate) fn conn(&self) -> Conn {
+        self.conn.clone()
+    }
+
+    pub(crate) fn keys(&self, shard: u32) -> &ShardKeys {
+        &self.inner.keys[shard as usize]
+    }
+
+    pub(crate) fn buckets(&self) -> u32 {
+        self.inner.buckets
+    }
+
+    fn shard(&self, id: &str) -> u32 {
+        shard_of(id.as_bytes(), self.inner.shards)
+    }
+
+    /// Schedules job `id` with `payload`, due at `when`. Idempotent on `id`: returns true if
+    /// the job was stored, false if a job with this id already exists (pending, claimed or
+    /// dead-lettered: it is left as it was). Once it returns, the job is in Redis (durable as
+    /// far as the server's persistence goes: with `appendfsync always`, on disk).
+    ///
+    /// ```no_run
+    /// # async fn run(queue: shardwheel_redis::Queue) -> Result<(), shardwheel_redis::Error> {
+    /// use std::time::{Duration, SystemTime};
+    /// queue.schedule("invoice-7", SystemTime::now() + Duration::from_secs(3600), b"7").await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidId`] for an empty or over-long id; [`Error::Redis`]: the job may or may
+    /// not be stored, and calling again is safe.
+    pub async fn schedule(
+        &self,
+        id: &str,
+        when: impl Into<When>,
+        payload: &[u8],
+    ) -> Result<bool, Error> {
+        let stored = self.schedule_many([(id, when.into(), payload)]).await?;
+        Ok(stored.first().copied().unwrap_or(false))
+    }
+
+    /// Schedules many jobs: the fast path. Returns, in order, whether each was stored (false:
+    /// its id already existed, or appeared earlier in `jobs`). Jobs are grouped by shard and
+    /// sent up to 512 per script call, the shards' calls concurrently.
+    ///
+    /// ```no_run
+    /// # async fn run(queue: shardwheel_redis::Queue) -> Result<(), shardwheel_redis::Error> {
+    /// use std::time::Duration;
+    /// let ids: Vec<String> = (0..1000).map(|i| format!("reminder-{i}")).collect();
+    /// let jobs = ids.iter().map(|id| (id.as_str(), Duration::from_secs(60).into(), &b"x"[..]));
+    /// let stored = queue.schedule_many(jobs).await?;
+    /// assert_eq!(stored.len(), 1000);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`schedule`](Self::schedule); on an error some jobs may be stored and others not.
+    pub async fn schedule_many<'a>(
+        &self,
+        jobs: impl IntoIterator<Item = (&'a str, When, &'a [u8])>,
+    ) -> Result<Vec<bool>, Error> {
+        // (shard, mode) -> indices; mode 0 delay, 1 absolute.
+        let mut groups: Vec<Vec<usize>> = vec![Vec::new(); self.inner.shards as usize * 2];
+        let mut encoded = Vec::new();
+        for (index, (id, when, payload)) in jobs.into_iter().enumerate() {
+            check_id(id)?;
+            let (mode, ms) = when.encode();
+            let group = self.shard(id) as usize * 2 + usize::from(mode == "a");
+            groups[group].push(index);
+            encoded.push((id, ms, payload));
+        }
+        let mut calls = Vec::new();
+        for (group, indices) in groups.iter().enumerate() {
+            let keys = self.keys((group / 2) as u32);
+            let mode = if group % 2 == 0 { "d" } else { "a" };
+            for chunk in indices.chunks(BATCH) {
+                let mut invocation = SCRIPTS.schedule.prepare_invoke();
+                invocation
+                    .key(&keys.due)
+                    .arg(&keys.payload_prefix)
+                    .arg(self.inner.shards)
+                    .arg(self.inner.buckets)
+                    .arg(mode);
+                for &index in chunk {
+                    let (id, ms, payload) = encoded[index];
+                    invocation.arg(id).arg(ms).arg(payload);
+                }
+                let mut conn = self.conn.clone();
+                calls.push(async move {
+                    let results: Vec<i64> = invocation.invoke_async(&mut conn).await?;
+                    Ok::<_, Error>((chunk, results))
+                });
+            }
+        }
+        let mut stored = vec![false; encoded.len()];
+        for outcome in futures_util::future::join_all(calls).await {
+            let (chunk, results) = outcome?;
+            if results.len() != chunk.len() {
+                return Err(Error::Protocol(format!(
+                    "schedule answered {} results for {} jobs",
+                    results.len(),
+                    chunk.len()
+                )));
+            }
+            for (&index, result) in chunk.iter().zip(results) {
+                stored[index] = result == 1;
+            }
+        }
+        Ok(stored)
+    }
+
+    fn invoke_one<'s>(&self, script: &'s redis::Script, id: &str) -> redis::ScriptInvocation<'s> {
+        let keys = self.keys(self.shard(id));
+        let mut invocation = script.prepare_invoke();
+        invocation
+            .key(&keys.due)
+            .key(&keys.lease)
+            .key(&keys.tok)
+            .key(&keys.dead)
+            .key(&keys.att)
+            .arg(&keys.payload_prefix)
+            .arg(self.inner.shards)
+            .arg(self.inner.buckets)
+            .arg(id);
+        invocation
+    }
+
+    /// Cancels job `id`, whatever its state, and says what it found (see [`Cancelled`]).
+    ///
+    /// ```no_run
+    /// # async fn run(queue: shardwheel_redis::Queue) -> Result<(), shardwheel_redis::Error> {
+    /// use shardwheel_redis::Cancelled;
+    /// if queue.cancel("welcome-42").await? == Cancelled::Claimed {
+    ///     // A worker holds it and may run it once: handlers must be idempotent.
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidId`]; [`Error::Redis`] (calling again is safe).
+    pub async fn cancel(&self, id: &str) -> Result<Cancelled, Error> {
+        check_id(id)?;
+        let result: i64 = self
+            .invoke_one(&SCRIPTS.cancel, id)
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        Ok(match result {
+            1 => Cancelled::Pending,
+            2 => Cancelled::Claimed,
+            3 => Cancelled::Dead,
+            _ => Cancelled::NotFound,
+        })
+    }
+
+    /// Moves job `id` to a new due time (and, with `Some`, a new payload), whatever its
+    /// state; its attempts start again from zero. Says what it found (see [`Rescheduled`]).
+    ///
+    /// ```no_run
+    /// # async fn run(queue: shardwheel_redis::Queue) -> Result<(), shardwheel_redis::Error> {
+    /// use std::time::Duration;
+    /// queue.reschedule("welcome-42", Duration::from_secs(120), None).await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidId`]; [`Error::Redis`] (calling again is safe for an absolute time).
+    pub async fn reschedule(
+        &self,
+        id: &str,
+        when: impl Into<When>,
+        payload: Option<&[u8]>,
+    ) -> Result<Rescheduled, Error> {
+        check_id(id)?;
+        let (mode, ms) = when.into().encode();
+        let mut invocation = self.invoke_one(&SCRIPTS.reschedule, id);
+        invocation.arg(mode).arg(ms);
+        if let Some(payload) = payload {
+            invocation.arg(payload);
+        }
+        let result: i64 = invocation.invoke_async(&mut self.conn.clone()).await?;
+        Ok(match result {
+            1 => Rescheduled::Pending,
+            2 => Rescheduled::Claimed,
+            3 => Rescheduled::Dead,
+            _ => Rescheduled::NotFound,
+        })
+    }
+
+    /// Where job `id` is and its payload, or `None` if no job has this id.
+    ///
+    /// ```no_run
+    /// # async fn run(queue: shardwheel_redis::Queue) -> Result<(), shardwheel_redis::Error> {
+    /// if let Some((state, payload)) = queue.status("welcome-42").await? {
+    ///     println!("{state:?}, {} payload bytes", payload.len());
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidId`]; [`Error::Redis`]; [`Error::Protocol`] for a malformed reply.
+    pub async fn status(&self, id: &str) -> Result<Option<(JobState, Vec<u8>)>, Error> {
+        check_id(id)?;
+        let reply: Vec<Value> = self
+            .invoke_one(&SCRIPTS.status, id)
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        let int = |value: Option<&Value>| match value {
+            Some(Value::Int(n)) => Ok(*n),
+            other => Err(Error::Protocol(format!("status: {other:?}"))),
+        };
+        let state = int(reply.first())?;
+        if state == 0 {
+            return Ok(None);
+        }
+        let (time, count) = (int(reply.get(1))?, int(reply.get(2))?.max(0) as u32);
+        let payload = match reply.get(3) {
+            Some(Value::BulkString(bytes)) => bytes.clone(),
+            other => return Err(Error::Protocol(format!("status payload: {other:?}"))),
+        };
+        let state = match state {
+            1 => JobState::Pending {
+                due: unix_ms(time),
+                attempts: count,
+            },
+            2 => JobState::Claimed {
+                lease_until: unix_ms(time),
+                attempt: count,
+            },
+            _ => JobState::Dead {
+                since: unix_ms(time),
+                attempts: count,
+            },
+        };
+        Ok(Some((state, payload)))
+    }
+
+    /// How many jobs are pending, claimed and dead, summed over the shards (each shard read
+    /// at its own instant: a job moving meanwhile may be counted twice or not at all).
+    ///
+    /// ```no_run
+    /// # async fn run(queue: shardwheel_redis::Queue) -> Result<(), shardwheel_redis::Error> {
+    /// let counts = queue.counts().await?;
+    /// println!("{} pending, {} claimed, {} dead", counts.pending, counts.claimed, counts.dead);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Redis`].
+    pub async fn counts(&self) -> Result<Counts, Error> {
+        let calls = (0..self.inner.shards).map(|shard| {
+            let keys = self.keys(shard);
+            let mut conn = self.conn.clone();
+            async move {
+                redis::pipe()
+                    .zcard(&keys.due)
+                    .zcard(&keys.lease)
+                    .zcard(&keys.dead)
+                    .query_async::<(u64, u64, u64)>(&mut conn)
+                    .await
+            }
+        });
+        let mut counts = Counts::default();
+        for shard in futures_util::future::join_all(calls).await {
+            let (pending, claimed, dead) = shard?;
+            counts.pending += pending;
+            counts.claimed += claimed;
+            counts.dead += dead;
+        }
+        Ok(counts)
+    }
+
+    /// The server's clock (`TIME`), as the scripts read it.
+    ///
+    /// ```no_run
+    /// # async fn run(queue: shardwheel_redis::Queue) -> Result<(), shardwheel_redis::Error> {
+    /// let now = queue.server_time().await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Redis`].
+    pub async fn server_time(&self) -> Result<SystemTime, Error> {
+        let (secs, micros): (u64, u64) = redis::cmd("TIME")
+            .query_async(&mut self.conn.clone())
+            .await?;
+        Ok(UNIX_EPOCH + Duration::from_secs(secs) + Duration::from_micros(micros))
+    }
+}

@@ -1,0 +1,405 @@
+//! Each Lua script on its own against a real `redis-server` (started by the test fixture of
+//! `tests/support`): its contract, its fencing, its bound.
+
+use std::time::Duration;
+
+use redis::Value;
+
+use crate::job::{Cancelled, JobState, Rescheduled, When};
+use crate::keys::{ShardKeys, hash, shard_of};
+use crate::queue::Queue;
+use crate::scripts::SCRIPTS;
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+async fn queue(server: &support::Server, name: &str) -> Queue {
+    Queue::builder(name)
+        .shards(4)
+        .buckets(8)
+        .connect(&server.url())
+        .await
+        .unwrap()
+}
+
+/// Runs claim.lua on the shard of `id`: (server now, [(id, due, token, attempt, payload)],
+/// reaped).
+async fn claim(
+    queue: &Queue,
+    shard: u32,
+    window_ms: u64,
+    lease_ms: u64,
+    max: usize,
+    max_attempts: u32,
+) -> (i64, Vec<crate::claim::ClaimedRow>, u64) {
+    let keys = queue.keys(shard);
+    let reply: Value = SCRIPTS
+        .claim
+        .key(&keys.due)
+        .key(&keys.lease)
+        .key(&keys.tok)
+        .key(&keys.dead)
+        .key(&keys.seq)
+        .key(&keys.att)
+        .arg(&keys.payload_prefix)
+        .arg(queue.shards())
+        .arg(queue.buckets())
+        .arg(window_ms)
+        .arg(lease_ms)
+        .arg(max)
+        .arg(1000)
+        .arg(max_attempts)
+        .invoke_async(&mut queue.conn())
+        .await
+        .unwrap();
+    let (server_ns, jobs, reaped) =
+        crate::claim::parse_claim(reply).expect("a well-formed claim reply");
+    // The server's clock in ms, as the script compares due times with it.
+    ((server_ns / 1_000_000) as i64, jobs, reaped)
+}
+
+async fn settle(
+    queue: &Queue,
+    shard: u32,
+    max_attempts: u32,
+    triples: &[(&str, u64, &str)],
+) -> Vec<i64> {
+    let keys = queue.keys(shard);
+    let mut invocation = SCRIPTS.settle.prepare_invoke();
+    invocation
+        .key(&keys.due)
+        .key(&keys.lease)
+        .key(&keys.tok)
+        .key(&keys.dead)
+        .key(&keys.att)
+        .arg(&keys.payload_prefix)
+        .arg(queue.shards())
+        .arg(queue.buckets())
+        .arg(max_attempts)
+        .arg(1000)
+        .arg(60_000);
+    for (id, token, action) in triples {
+        invocation.arg(*id).arg(*token).arg(*action);
+    }
+    invocation.invoke_async(&mut queue.conn()).await.unwrap()
+}
+
+fn shard(queue: &Queue, id: &str) -> u32 {
+    shard_of(id.as_bytes(), queue.shards())
+}
+
+#[tokio::test]
+async fn schedule_stores_once_in_the_bucket_rust_computes_and_due_by_server_time() {
+    let server = support::Server::start();
+    let queue = queue(&server, "s").await;
+    let mut conn = server.sync_conn();
+    let before = support::server_ms(&mut conn);
+    let ids: Vec<String> = (0..200).map(|i| format!("job-{i}")).collect();
+    let jobs = ids.iter().map(|id| {
+        (
+            id.as_str(),
+            When::After(Duration::from_secs(10)),
+            id.as_bytes(),
+        )
+    });
+    assert!(
+        queue
+            .schedule_many(jobs)
+            .await
+            .unwrap()
+            .iter()
+            .all(|&new| new)
+    );
+    let after = support::server_ms(&mut conn);
+    for id in &ids {
+        // The Lua bucket function agrees with Rust's hash: the payload is where Rust says.
+        let h = hash(id.as_bytes());
+        let keys = ShardKeys::new("s", h % 4);
+        let bucket = format!("{}{}", keys.payload_prefix, (h / 4) % 8);
+        let payload: Option<String> = redis::cmd("HGET")
+            .arg(&bucket)
+            .arg(id)
+            .query(&mut conn)
+            .unwrap();
+        assert_eq!(
+            payload.as_deref(),
+            Some(id.as_str()),
+            "{id} not in {bucket}"
+        );
+        let due: f64 = redis::cmd("ZSCORE")
+            .arg(&keys.due)
+            .arg(id)
+            .query(&mut conn)
+            .unwrap();
+        assert!(
+            due as u64 >= before + 10_000 && due as u64 <= after + 10_000,
+            "{id} due {due}"
+        );
+    }
+    // Idempotent on the id: the payload and due time stay as they were.
+    assert!(
+        !queue
+            .schedule("job-7", Duration::ZERO, b"other")
+            .await
+            .unwrap()
+    );
+    let (state, payload) = queue.status("job-7").await.unwrap().unwrap();
+    assert_eq!(payload, b"job-7");
+    assert!(matches!(state, JobState::Pending { attempts: 0, .. }));
+    // A duplicate inside one batch: only the first is stored.
+    let stored = queue
+        .schedule_many([
+            ("dup", When::After(Duration::ZERO), &b"1"[..]),
+            ("dup", When::After(Duration::ZERO), &b"2"[..]),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(stored, vec![true, false]);
+    assert_eq!(queue.status("dup").await.unwrap().unwrap().1, b"1");
+}
+
+#[tokio::test]
+async fn claim_takes_a_bounded_batch_within_the_window_with_fresh_tokens() {
+    let server = support::Server::start();
+    let queue = queue(&server, "c").await;
+    let ids: Vec<String> = (0..400).map(|i| format!("{i}")).collect();
+    // Half due now, half in an hour.
+    let jobs = ids.iter().enumerate().map(|(i, id)| {
+        let delay = if i % 2 == 0 {
+            Duration::ZERO
+        } else {
+            Duration::from_secs(3600)
+        };
+        (id.as_str(), When::After(delay), &b"p"[..])
+    });
+    queue.schedule_many(jobs).await.unwrap();
+    let mut claimed = Vec::new();
+    let mut tokens = std::collections::HashSet::new();
+    for shard in 0..4 {
+        loop {
+            let (now, jobs, reaped) = claim(&queue, shard, 1000, 30_000, 7, 5).await;
+            assert_eq!(reaped, 0);
+            assert!(jobs.len() <= 7, "a claim took {} > 7", jobs.len());
+            for (id, due, token, attempt, payload) in &jobs {
+                assert!(
+                    *due <= now + 1000,
+                    "{id} due {due} beyond the window at {now}"
+                );
+                assert_eq!((*attempt, payload.as_slice()), (1, &b"p"[..]));
+                assert!(tokens.insert((shard, *token)), "token {token} reused");
+                assert_eq!(shard_of(id.as_bytes(), 4), shard);
+                claimed.push(id.clone());
+            }
+            if jobs.len() < 7 {
+                break;
+            }
+        }
+    }
+    claimed.sort_by_key(|id| id.parse::<u32>().unwrap());
+    let expected: Vec<String> = (0..400).step_by(2).map(|i| format!("{i}")).collect();
+    assert_eq!(claimed, expected);
+    let counts = queue.counts().await.unwrap();
+    assert_eq!((counts.pending, counts.claimed, counts.dead), (200, 200, 0));
+    assert!(matches!(
+        queue.status("0").await.unwrap().unwrap().0,
+        JobState::Claimed { attempt: 1, .. }
+    ));
+}
+
+#[tokio::test]
+async fn settle_is_fenced_by_the_token_and_retries_then_dead_letters() {
+    let server = support::Server::start();
+    let queue = queue(&server, "f").await;
+    queue.schedule("a", Duration::ZERO, b"x").await.unwrap();
+    queue.schedule("b", Duration::ZERO, b"y").await.unwrap();
+    let (sa, sb) = (shard(&queue, "a"), shard(&queue, "b"));
+    let (_, jobs, _) = claim(&queue, sa, 0, 30_000, 10, 2).await;
+    let token_a = jobs.iter().find(|j| j.0 == "a").unwrap().2;
+    // A wrong token is refused and changes nothing; the right one acks, once.
+    assert_eq!(
+        settle(&queue, sa, 2, &[("a", token_a + 100, "a")]).await,
+        vec![0]
+    );
+    assert_eq!(settle(&queue, sa, 2, &[("a", token_a, "a")]).await, vec![1]);
+    assert_eq!(settle(&queue, sa, 2, &[("a", token_a, "a")]).await, vec![0]);
+    assert_eq!(queue.status("a").await.unwrap(), None);
+    // b fails: retried with backoff (1 s base), then dead after 2 attempts.
+    let (_, jobs, _) = claim(&queue, sb, 0, 30_000, 10, 2).await;
+    let token_b = jobs.iter().find(|j| j.0 == "b").unwrap().2;
+    assert_eq!(settle(&queue, sb, 2, &[("b", token_b, "f")]).await, vec![1]);
+    let JobState::Pending { attempts: 1, due } = queue.status("b").await.unwrap().unwrap().0 else {
+        panic!("b should be pending after one failure");
+    };
+    let (now, jobs, _) = claim(&queue, sb, 0, 30_000, 10, 2).await;
+    assert!(
+        jobs.iter().all(|j| j.0 != "b"),
+        "b claimed before its backoff"
+    );
+    let due_ms = due
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    assert!(due_ms >= now, "backoff due {due_ms} not after {now}");
+    let (_, jobs, _) = claim(&queue, sb, 5_000, 30_000, 10, 2).await;
+    let (_, _, token_b2, attempt, _) = jobs.into_iter().find(|j| j.0 == "b").unwrap();
+    assert_eq!(attempt, 2);
+    assert_eq!(
+        settle(&queue, sb, 2, &[("b", token_b, "f")]).await,
+        vec![0],
+        "old token"
+    );
+    assert_eq!(
+        settle(&queue, sb, 2, &[("b", token_b2, "f")]).await,
+        vec![2]
+    );
+    assert!(matches!(
+        queue.status("b").await.unwrap().unwrap().0,
+        JobState::Dead { attempts: 2, .. }
+    ));
+    // A dead job keeps its id: scheduling it again is refused until it is cancelled.
+    assert!(!queue.schedule("b", Duration::ZERO, b"z").await.unwrap());
+    assert_eq!(queue.cancel("b").await.unwrap(), Cancelled::Dead);
+    assert!(queue.schedule("b", Duration::ZERO, b"z").await.unwrap());
+}
+
+#[tokio::test]
+async fn release_gives_back_unrun_without_counting_the_attempt() {
+    let server = support::Server::start();
+    let queue = queue(&server, "r").await;
+    queue
+        .schedule("j", Duration::from_secs(2), b"x")
+        .await
+        .unwrap();
+    let s = shard(&queue, "j");
+    let (_, jobs, _) = claim(&queue, s, 5_000, 30_000, 10, 5).await;
+    let (_, due, token, _, _) = jobs[0].clone();
+    assert_eq!(settle(&queue, s, 5, &[("j", token, "r")]).await, vec![1]);
+    let JobState::Pending {
+        due: back,
+        attempts,
+    } = queue.status("j").await.unwrap().unwrap().0
+    else {
+        panic!("not pending after release");
+    };
+    assert_eq!(attempts, 0);
+    assert_eq!(
+        back.duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as i64,
+        due
+    );
+}
+
+#[tokio::test]
+async fn an_expired_lease_is_reaped_back_to_due_then_dead_after_its_attempts() {
+    let server = support::Server::start();
+    let queue = queue(&server, "e").await;
+    queue.schedule("k", Duration::ZERO, b"x").await.unwrap();
+    let s = shard(&queue, "k");
+    let (_, jobs, _) = claim(&queue, s, 0, 1, 10, 2).await; // a 1 ms lease
+    let old = jobs[0].2;
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let (_, jobs, reaped) = claim(&queue, s, 0, 1, 10, 2).await;
+    assert_eq!(reaped, 1);
+    let (_, _, token, attempt, _) = jobs[0].clone();
+    assert_eq!(attempt, 2);
+    assert!(token > old);
+    // The zombie's ack is refused.
+    assert_eq!(settle(&queue, s, 2, &[("k", old, "a")]).await, vec![0]);
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let (_, jobs, reaped) = claim(&queue, s, 0, 1, 10, 2).await;
+    assert_eq!((reaped, jobs.len()), (1, 0));
+    assert!(matches!(
+        queue.status("k").await.unwrap().unwrap().0,
+        JobState::Dead { attempts: 2, .. }
+    ));
+}
+
+#[tokio::test]
+async fn cancel_and_reschedule_report_the_state_they_found() {
+    let server = support::Server::start();
+    let queue = queue(&server, "x").await;
+    assert_eq!(queue.cancel("none").await.unwrap(), Cancelled::NotFound);
+    assert_eq!(
+        queue
+            .reschedule("none", Duration::ZERO, None)
+            .await
+            .unwrap(),
+        Rescheduled::NotFound
+    );
+    assert_eq!(queue.status("none").await.unwrap(), None);
+    queue
+        .schedule("p", Duration::from_secs(100), b"x")
+        .await
+        .unwrap();
+    assert_eq!(queue.cancel("p").await.unwrap(), Cancelled::Pending);
+    assert_eq!(queue.status("p").await.unwrap(), None);
+    queue.schedule("q", Duration::ZERO, b"x").await.unwrap();
+    let s = shard(&queue, "q");
+    let (_, jobs, _) = claim(&queue, s, 0, 30_000, 10, 5).await;
+    let token = jobs[0].2;
+    assert_eq!(
+        queue
+            .reschedule("q", Duration::from_secs(100), Some(b"new"))
+            .await
+            .unwrap(),
+        Rescheduled::Claimed
+    );
+    assert_eq!(
+        settle(&queue, s, 5, &[("q", token, "a")]).await,
+        vec![0],
+        "revoked claim acked"
+    );
+    let (state, payload) = queue.status("q").await.unwrap().unwrap();
+    assert_eq!(payload, b"new");
+    assert!(matches!(state, JobState::Pending { attempts: 0, .. }));
+    assert_eq!(
+        queue.reschedule("q", Duration::ZERO, None).await.unwrap(),
+        Rescheduled::Pending
+    );
+    let (_, jobs, _) = claim(&queue, s, 0, 30_000, 10, 5).await;
+    assert_eq!(queue.cancel("q").await.unwrap(), Cancelled::Claimed);
+    assert_eq!(
+        settle(&queue, s, 5, &[("q", jobs[0].2, "a")]).await,
+        vec![0],
+        "cancelled claim acked"
+    );
+    let counts = queue.counts().await.unwrap();
+    assert_eq!((counts.pending, counts.claimed, counts.dead), (0, 0, 0));
+}
+
+#[tokio::test]
+async fn user_mistakes_are_errors() {
+    let server = support::Server::start();
+    let queue = queue(&server, "m").await;
+    assert!(matches!(
+        queue.schedule("", Duration::ZERO, b"").await,
+        Err(crate::Error::InvalidId(_))
+    ));
+    let long = "x".repeat(crate::MAX_ID_LEN + 1);
+    assert!(matches!(
+        queue.cancel(&long).await,
+        Err(crate::Error::InvalidId(_))
+    ));
+    assert!(matches!(
+        Queue::connect(&server.url(), "a{b").await,
+        Err(crate::Error::InvalidName(_))
+    ));
+    assert!(matches!(
+        Queue::builder("m")
+            .shards(8)
+            .buckets(8)
+            .connect(&server.url())
+            .await,
+        Err(crate::Error::LayoutMismatch {
+            stored: (4, 8),
+            configured: (8, 8)
+        })
+    ));
+    assert!(matches!(
+        crate::Worker::builder()
+            .batch(0)
+            .start(queue.clone(), |_| async { Ok::<(), ()>(()) }),
+        Err(crate::Error::InvalidConfig(_))
+    ));
+}

@@ -1,0 +1,37 @@
+//! The Lua scripts, one file per atomic step under `src/lua/`, loaded once per process.
+//!
+//! Each file's header lists its `KEYS` and `ARGV`, its atomic contract and the bound on its
+//! work. `lua/bucket.lua` (the id hash that finds a payload hash) is prepended to each
+//! script that needs it. `redis::Script` sends `EVALSHA` and loads the script on a
+//! `NOSCRIPT` reply, so a restarted server or a new cluster node is served transparently.
+//! Every script starts from the server's `TIME`: no client clock decides when a job is due.
+
+use std::sync::LazyLock;
+
+use redis::Script;
+
+const BUCKET: &str = include_str!("lua/bucket.lua");
+
+/// The loaded scripts.
+pub(crate) struct Scripts {
+    pub schedule: Script,
+    pub claim: Script,
+    pub settle: Script,
+    pub cancel: Script,
+    pub reschedule: Script,
+    pub status: Script,
+}
+
+fn with_bucket(source: &str) -> Script {
+    Script::new(&format!("{BUCKET}\n{source}"))
+}
+
+/// The scripts of this process (hashed once).
+pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
+    schedule: with_bucket(include_str!("lua/schedule.lua")),
+    claim: with_bucket(include_str!("lua/claim.lua")),
+    settle: with_bucket(include_str!("lua/settle.lua")),
+    cancel: with_bucket(include_str!("lua/cancel.lua")),
+    reschedule: with_bucket(include_str!("lua/reschedule.lua")),
+    status: with_bucket(include_str!("lua/status.lua")),
+});

@@ -1,0 +1,294 @@
+//! The worker in this process against a real server: delivery once and never early,
+//! graceful stop, retries and the dead-letter set, cancel racing claims, duplicate ids.
+
+mod support;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use shardwheel_redis::{Cancelled, Counts, Job, Queue, When, Worker};
+
+/// Runs handed to the handler: id -> attempts seen.
+type Seen = Arc<Mutex<HashMap<String, Vec<u32>>>>;
+
+fn recording() -> (
+    Seen,
+    impl Fn(Job) -> std::future::Ready<Result<(), ()>> + Send + Sync,
+) {
+    let seen: Seen = Arc::default();
+    let record = Arc::clone(&seen);
+    (seen, move |job: Job| {
+        record
+            .lock()
+            .unwrap()
+            .entry(job.id)
+            .or_default()
+            .push(job.attempt);
+        std::future::ready(Ok(()))
+    })
+}
+
+/// Waits (within the fixture's patience) until `done` holds.
+async fn until(what: &str, mut done: impl AsyncFnMut() -> bool) {
+    let start = Instant::now();
+    while !done().await {
+        assert!(
+            start.elapsed() < support::PATIENCE,
+            "timed out waiting: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn empty(queue: &Queue) -> bool {
+    queue.counts().await.unwrap() == Counts::default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delivers_each_job_once_never_early_and_acks_it() {
+    let server = support::Server::start();
+    let queue = Queue::connect(&server.url(), "once").await.unwrap();
+    let ids: Vec<String> = (0..3000).map(|i| format!("job-{i}")).collect();
+    let jobs = ids.iter().enumerate().map(|(i, id)| {
+        let delay = Duration::from_millis((i as u64 * 7) % 2000);
+        (id.as_str(), When::After(delay), id.as_bytes())
+    });
+    assert!(
+        queue
+            .schedule_many(jobs)
+            .await
+            .unwrap()
+            .iter()
+            .all(|&new| new)
+    );
+    let (seen, handler) = recording();
+    let worker = Worker::builder().start(queue.clone(), handler).unwrap();
+    until("every job acked", async || empty(&queue).await).await;
+    let stats = worker.stop().await;
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), 3000);
+    assert!(
+        seen.values().all(|attempts| attempts == &[1]),
+        "a job ran twice"
+    );
+    assert_eq!(
+        (stats.delivered, stats.acked, stats.refused),
+        (3000, 3000, 0)
+    );
+    assert_eq!(
+        stats.early, 0,
+        "a job started before its due time by the server clock"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_graceful_stop_gives_its_claims_back_and_another_worker_runs_them() {
+    let server = support::Server::start();
+    let queue = Queue::connect(&server.url(), "stop").await.unwrap();
+    let ids: Vec<String> = (0..500).map(|i| i.to_string()).collect();
+    let jobs = ids
+        .iter()
+        .map(|id| (id.as_str(), When::After(Duration::from_secs(3)), &b""[..]));
+    queue.schedule_many(jobs).await.unwrap();
+    let (seen, handler) = recording();
+    let first = Worker::builder()
+        .window(Duration::from_secs(60))
+        .start(queue.clone(), handler)
+        .unwrap();
+    until("all claimed", async || first.stats().claimed == 500).await;
+    assert_eq!(queue.counts().await.unwrap().claimed, 500);
+    let stats = first.stop().await;
+    // Released before they came due (unless this machine stalled for 3 s: then they ran).
+    let ran = seen.lock().unwrap().len() as u64;
+    assert_eq!(stats.released + ran, 500);
+    assert_eq!(stats.held, 0);
+    let counts = queue.counts().await.unwrap();
+    assert_eq!((counts.pending, counts.claimed), (500 - ran, 0));
+    let (seen2, handler) = recording();
+    let second = Worker::builder().start(queue.clone(), handler).unwrap();
+    until("all acked", async || empty(&queue).await).await;
+    second.stop().await;
+    let seen2 = seen2.lock().unwrap();
+    assert_eq!(seen2.len() as u64 + ran, 500);
+    // Released jobs start again at attempt 1: the release did not count.
+    assert!(seen2.values().all(|attempts| attempts == &[1]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failures_and_panics_retry_with_backoff_then_dead_letter() {
+    let server = support::Server::start();
+    let queue = Queue::connect(&server.url(), "fail").await.unwrap();
+    for i in 0..20 {
+        queue
+            .schedule(&format!("f{i}"), Duration::ZERO, b"")
+            .await
+            .unwrap();
+    }
+    let seen: Seen = Arc::default();
+    let record = Arc::clone(&seen);
+    let worker = Worker::builder()
+        .max_attempts(3)
+        .backoff(Duration::from_millis(20), Duration::from_millis(100))
+        .poll(Duration::from_millis(10))
+        .start(queue.clone(), move |job: Job| {
+            record
+                .lock()
+                .unwrap()
+                .entry(job.id.clone())
+                .or_default()
+                .push(job.attempt);
+            // f2 and f4 panic while making their future, odd ids while running it, the
+            // rest return an error.
+            if job.id.ends_with(['2', '4']) {
+                panic!("a handler panicking before its future (expected in this test)");
+            }
+            let odd = job.id.ends_with(['1', '3', '5', '7', '9']);
+            async move {
+                if odd {
+                    panic!("a handler panicking (expected in this test)");
+                }
+                Err("always failing")
+            }
+        })
+        .unwrap();
+    until("all dead", async || {
+        queue.counts().await.unwrap().dead == 20
+    })
+    .await;
+    let stats = worker.stop().await;
+    assert_eq!(
+        (stats.retried, stats.dead_lettered, stats.acked),
+        (40, 20, 0)
+    );
+    {
+        let seen = seen.lock().unwrap();
+        assert!(
+            seen.values().all(|attempts| attempts == &[1, 2, 3]),
+            "{seen:?}"
+        );
+    }
+    let (state, _) = queue.status("f4").await.unwrap().unwrap();
+    assert!(matches!(
+        state,
+        shardwheel_redis::JobState::Dead { attempts: 3, .. }
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_racing_claims_never_runs_a_job_cancelled_while_pending() {
+    let server = support::Server::start();
+    let queue = Queue::connect(&server.url(), "race").await.unwrap();
+    let ids: Vec<String> = (0..4000).map(|i| format!("r{i}")).collect();
+    let jobs = ids.iter().enumerate().map(|(i, id)| {
+        (
+            id.as_str(),
+            When::After(Duration::from_millis(i as u64 % 1500)),
+            &b""[..],
+        )
+    });
+    queue.schedule_many(jobs).await.unwrap();
+    let (seen, handler) = recording();
+    let worker = Worker::builder()
+        .window(Duration::from_millis(500))
+        .poll(Duration::from_millis(5))
+        .start(queue.clone(), handler)
+        .unwrap();
+    // Cancel every other job while the worker claims them, from two tasks.
+    let mut cancels = Vec::new();
+    for half in 0..2 {
+        let queue = queue.clone();
+        let ids = ids.clone();
+        cancels.push(tokio::spawn(async move {
+            let mut found = Vec::new();
+            for id in ids.iter().skip(half * 2).step_by(4) {
+                found.push((id.clone(), queue.cancel(id).await.unwrap()));
+                tokio::task::yield_now().await;
+            }
+            found
+        }));
+    }
+    let mut cancelled = HashMap::new();
+    for task in cancels {
+        cancelled.extend(task.await.unwrap());
+    }
+    until("queue drained", async || empty(&queue).await).await;
+    let stats = worker.stop().await;
+    let seen = seen.lock().unwrap();
+    let mut by = HashMap::new();
+    for (id, found) in &cancelled {
+        *by.entry(*found).or_insert(0) += 1;
+        let runs = seen.get(id).map_or(0, Vec::len);
+        match found {
+            Cancelled::Pending => assert_eq!(runs, 0, "{id} cancelled while pending, ran"),
+            Cancelled::Claimed => assert!(runs <= 1, "{id} ran {runs} times"),
+            Cancelled::NotFound => assert_eq!(runs, 1, "{id} gone before its cancel, not run once"),
+            Cancelled::Dead => panic!("{id} dead"),
+        }
+    }
+    for id in ids.iter().filter(|id| !cancelled.contains_key(*id)) {
+        assert_eq!(
+            seen.get(id).map(Vec::len),
+            Some(1),
+            "{id} not run exactly once"
+        );
+    }
+    let refused = by.get(&Cancelled::Claimed).copied().unwrap_or(0);
+    assert_eq!(
+        stats.refused, refused,
+        "each claimed-then-cancelled job's ack is refused"
+    );
+    eprintln!("cancel results: {by:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn duplicate_ids_from_racing_producers_run_once_with_the_first_payload() {
+    let server = support::Server::start();
+    let queue = Queue::connect(&server.url(), "dup").await.unwrap();
+    let mut producers = Vec::new();
+    for producer in 0..4u8 {
+        let queue = queue.clone();
+        producers.push(tokio::spawn(async move {
+            let ids: Vec<String> = (0..300).map(|i| format!("d{i}")).collect();
+            let payload = [producer];
+            let jobs = ids.iter().map(|id| {
+                (
+                    id.as_str(),
+                    When::After(Duration::from_millis(300)),
+                    &payload[..],
+                )
+            });
+            queue.schedule_many(jobs).await.unwrap()
+        }));
+    }
+    let mut stored = 0;
+    for task in producers {
+        stored += task.await.unwrap().iter().filter(|&&new| new).count();
+    }
+    assert_eq!(stored, 300, "each id stored by exactly one producer");
+    let payloads: Arc<Mutex<HashMap<String, Vec<Vec<u8>>>>> = Arc::default();
+    let record = Arc::clone(&payloads);
+    let mut expected = HashMap::new();
+    for i in 0..300 {
+        let id = format!("d{i}");
+        expected.insert(id.clone(), queue.status(&id).await.unwrap().unwrap().1);
+    }
+    let worker = Worker::builder()
+        .start(queue.clone(), move |job: Job| {
+            record
+                .lock()
+                .unwrap()
+                .entry(job.id)
+                .or_default()
+                .push(job.payload);
+            std::future::ready(Ok::<(), ()>(()))
+        })
+        .unwrap();
+    until("all acked", async || empty(&queue).await).await;
+    worker.stop().await;
+    let payloads = payloads.lock().unwrap();
+    assert_eq!(payloads.len(), 300);
+    for (id, runs) in payloads.iter() {
+        assert_eq!(runs, &vec![expected[id].clone()], "{id}");
+    }
+}
