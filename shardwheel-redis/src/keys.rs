@@ -56,6 +56,28 @@ impl ShardKeys {
             payload_prefix: format!("{tag}:j:"),
         }
     }
+
+    /// An invocation of `script` with what the scripts that settle or change jobs take
+    /// first: `KEYS` due, lease, tok, dead, att and `ARGV` the payload prefix, the shard
+    /// count and the bucket count (`claim` takes `seq` among its keys, and builds its own).
+    pub(crate) fn invoke<'s>(
+        &self,
+        script: &'s redis::Script,
+        shards: u32,
+        buckets: u32,
+    ) -> redis::ScriptInvocation<'s> {
+        let mut invocation = script.prepare_invoke();
+        invocation
+            .key(&self.due)
+            .key(&self.lease)
+            .key(&self.tok)
+            .key(&self.dead)
+            .key(&self.att)
+            .arg(&self.payload_prefix)
+            .arg(shards)
+            .arg(buckets);
+        invocation
+    }
 }
 
 #[cfg(test)]

@@ -45,6 +45,10 @@ mod keys;
 mod queue;
 #[cfg(test)]
 mod script_tests;
+// The test fixtures (`tests/support`), which the script tests include too, name this crate
+// as the integration tests do.
+#[cfg(test)]
+extern crate self as shardwheel_redis;
 mod scripts;
 mod settle;
 mod stats;

@@ -410,17 +410,8 @@ impl Queue {
 
     fn invoke_one<'s>(&self, script: &'s redis::Script, id: &str) -> redis::ScriptInvocation<'s> {
         let keys = self.keys(self.shard(id));
-        let mut invocation = script.prepare_invoke();
-        invocation
-            .key(&keys.due)
-            .key(&keys.lease)
-            .key(&keys.tok)
-            .key(&keys.dead)
-            .key(&keys.att)
-            .arg(&keys.payload_prefix)
-            .arg(self.inner.shards)
-            .arg(self.inner.buckets)
-            .arg(id);
+        let mut invocation = keys.invoke(script, self.inner.shards, self.inner.buckets);
+        invocation.arg(id);
         invocation
     }
 

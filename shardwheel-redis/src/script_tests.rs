@@ -65,19 +65,8 @@ async fn settle(
     triples: &[(&str, u64, &str)],
 ) -> Vec<i64> {
     let keys = queue.keys(shard);
-    let mut invocation = SCRIPTS.settle.prepare_invoke();
-    invocation
-        .key(&keys.due)
-        .key(&keys.lease)
-        .key(&keys.tok)
-        .key(&keys.dead)
-        .key(&keys.att)
-        .arg(&keys.payload_prefix)
-        .arg(queue.shards())
-        .arg(queue.buckets())
-        .arg(max_attempts)
-        .arg(1000)
-        .arg(60_000);
+    let mut invocation = keys.invoke(&SCRIPTS.settle, queue.shards(), queue.buckets());
+    invocation.arg(max_attempts).arg(1000).arg(60_000);
     for (id, token, action) in triples {
         invocation.arg(*id).arg(*token).arg(*action);
     }
@@ -102,14 +91,7 @@ async fn schedule_stores_once_in_the_bucket_rust_computes_and_due_by_server_time
             id.as_bytes(),
         )
     });
-    assert!(
-        queue
-            .schedule_many(jobs)
-            .await
-            .unwrap()
-            .iter()
-            .all(|&new| new)
-    );
+    support::schedule_new(&queue, jobs).await;
     let after = support::server_ms(&mut conn);
     for id in &ids {
         // The Lua bucket function agrees with Rust's hash: the payload is where Rust says.

@@ -64,16 +64,9 @@ pub(crate) async fn settle_loop(
             let mut conn = queue.conn();
             calls.push(async move {
                 for chunk in batch.chunks(BATCH) {
-                    let mut invocation = SCRIPTS.settle.prepare_invoke();
+                    let mut invocation =
+                        keys.invoke(&SCRIPTS.settle, queue.shards(), queue.buckets());
                     invocation
-                        .key(&keys.due)
-                        .key(&keys.lease)
-                        .key(&keys.tok)
-                        .key(&keys.dead)
-                        .key(&keys.att)
-                        .arg(&keys.payload_prefix)
-                        .arg(shards)
-                        .arg(queue.buckets())
                         .arg(config.max_attempts)
                         .arg(ms(config.backoff))
                         .arg(ms(config.backoff_cap));

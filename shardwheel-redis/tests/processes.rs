@@ -10,17 +10,6 @@ use std::time::{Duration, Instant};
 use shardwheel_redis::{Counts, Queue, When};
 use support::{Run, Server, WorkerProcess, stat};
 
-async fn until(what: &str, mut done: impl AsyncFnMut() -> bool) {
-    let start = Instant::now();
-    while !done().await {
-        assert!(
-            start.elapsed() < support::PATIENCE,
-            "timed out waiting: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 async fn schedule(queue: &Queue, ids: &[String], delay: impl Fn(usize) -> Duration) {
     for chunk in ids.chunks(10_000).enumerate() {
         let (offset, chunk) = chunk;
@@ -31,14 +20,7 @@ async fn schedule(queue: &Queue, ids: &[String], delay: impl Fn(usize) -> Durati
                 id.as_bytes(),
             )
         });
-        assert!(
-            queue
-                .schedule_many(jobs)
-                .await
-                .unwrap()
-                .iter()
-                .all(|&new| new)
-        );
+        support::schedule_new(queue, jobs).await;
     }
 }
 
@@ -67,7 +49,7 @@ async fn a_killed_workers_jobs_run_again_once_after_their_lease() {
     first.signal(libc::SIGKILL);
     drop(first);
     let (second, _, _) = WorkerProcess::start(&url, "kill", &["--lease-ms", "30000"], &[]);
-    until("queue drained", async || {
+    support::until("queue drained", async || {
         queue.counts().await.unwrap() == Counts::default()
     })
     .await;
@@ -138,7 +120,7 @@ async fn a_stalled_workers_ack_is_refused_after_another_finished_the_job() {
         .next_run(support::PATIENCE)
         .expect("the other worker's run");
     assert_eq!((again.id.as_str(), again.attempt), ("s", 2));
-    until("acked", async || {
+    support::until("acked", async || {
         queue.counts().await.unwrap() == Counts::default()
     })
     .await;
@@ -303,7 +285,7 @@ async fn worker_processes_racing_claims_run_each_job_once() {
             .0
         })
         .collect();
-    until("queue drained", async || {
+    support::until("queue drained", async || {
         queue.counts().await.unwrap() == Counts::default()
     })
     .await;

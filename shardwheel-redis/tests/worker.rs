@@ -5,7 +5,7 @@ mod support;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use shardwheel_redis::{Cancelled, Counts, Job, Queue, When, Worker};
 
@@ -29,18 +29,6 @@ fn recording() -> (
     })
 }
 
-/// Waits (within the fixture's patience) until `done` holds.
-async fn until(what: &str, mut done: impl AsyncFnMut() -> bool) {
-    let start = Instant::now();
-    while !done().await {
-        assert!(
-            start.elapsed() < support::PATIENCE,
-            "timed out waiting: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 async fn empty(queue: &Queue) -> bool {
     queue.counts().await.unwrap() == Counts::default()
 }
@@ -54,17 +42,10 @@ async fn delivers_each_job_once_never_early_and_acks_it() {
         let delay = Duration::from_millis((i as u64 * 7) % 2000);
         (id.as_str(), When::After(delay), id.as_bytes())
     });
-    assert!(
-        queue
-            .schedule_many(jobs)
-            .await
-            .unwrap()
-            .iter()
-            .all(|&new| new)
-    );
+    support::schedule_new(&queue, jobs).await;
     let (seen, handler) = recording();
     let worker = Worker::builder().start(queue.clone(), handler).unwrap();
-    until("every job acked", async || empty(&queue).await).await;
+    support::until("every job acked", async || empty(&queue).await).await;
     let stats = worker.stop().await;
     let seen = seen.lock().unwrap();
     assert_eq!(seen.len(), 3000);
@@ -96,7 +77,7 @@ async fn a_graceful_stop_gives_its_claims_back_and_another_worker_runs_them() {
         .window(Duration::from_secs(60))
         .start(queue.clone(), handler)
         .unwrap();
-    until("all claimed", async || first.stats().claimed == 500).await;
+    support::until("all claimed", async || first.stats().claimed == 500).await;
     assert_eq!(queue.counts().await.unwrap().claimed, 500);
     let stats = first.stop().await;
     // Released before they came due (unless this machine stalled for 3 s: then they ran).
@@ -107,7 +88,7 @@ async fn a_graceful_stop_gives_its_claims_back_and_another_worker_runs_them() {
     assert_eq!((counts.pending, counts.claimed), (500 - ran, 0));
     let (seen2, handler) = recording();
     let second = Worker::builder().start(queue.clone(), handler).unwrap();
-    until("all acked", async || empty(&queue).await).await;
+    support::until("all acked", async || empty(&queue).await).await;
     second.stop().await;
     let seen2 = seen2.lock().unwrap();
     assert_eq!(seen2.len() as u64 + ran, 500);
@@ -152,7 +133,7 @@ async fn failures_and_panics_retry_with_backoff_then_dead_letter() {
             }
         })
         .unwrap();
-    until("all dead", async || {
+    support::until("all dead", async || {
         queue.counts().await.unwrap().dead == 20
     })
     .await;
@@ -212,7 +193,7 @@ async fn cancel_racing_claims_never_runs_a_job_cancelled_while_pending() {
     for task in cancels {
         cancelled.extend(task.await.unwrap());
     }
-    until("queue drained", async || empty(&queue).await).await;
+    support::until("queue drained", async || empty(&queue).await).await;
     let stats = worker.stop().await;
     let seen = seen.lock().unwrap();
     let mut by = HashMap::new();
@@ -284,7 +265,7 @@ async fn duplicate_ids_from_racing_producers_run_once_with_the_first_payload() {
             std::future::ready(Ok::<(), ()>(()))
         })
         .unwrap();
-    until("all acked", async || empty(&queue).await).await;
+    support::until("all acked", async || empty(&queue).await).await;
     worker.stop().await;
     let payloads = payloads.lock().unwrap();
     assert_eq!(payloads.len(), 300);

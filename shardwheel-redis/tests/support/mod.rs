@@ -353,3 +353,21 @@ pub fn server_ms(conn: &mut redis::Connection) -> u64 {
     let (secs, micros): (u64, u64) = redis::cmd("TIME").query(conn).unwrap();
     secs * 1000 + micros / 1000
 }
+
+/// Waits (within the fixture's patience) until `done` holds.
+pub async fn until(what: &str, mut done: impl AsyncFnMut() -> bool) {
+    let start = Instant::now();
+    while !done().await {
+        assert!(start.elapsed() < PATIENCE, "timed out waiting: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Schedules `jobs` in one call and checks that every id was new.
+pub async fn schedule_new<'a>(
+    queue: &shardwheel_redis::Queue,
+    jobs: impl IntoIterator<Item = (&'a str, shardwheel_redis::When, &'a [u8])>,
+) {
+    let stored = queue.schedule_many(jobs).await.unwrap();
+    assert!(stored.iter().all(|&new| new), "every id was new");
+}
