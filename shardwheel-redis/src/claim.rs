@@ -87,15 +87,23 @@ pub(crate) fn parse_claim(reply: Value) -> Option<(i128, Vec<ClaimedRow>, u64)> 
     Some((server_ns, jobs, reaped))
 }
 
-/// One claim call on one shard: the reply with the local instants around it.
-async fn claim_shard(
-    shared: &Shared,
-    mut conn: Conn,
+/// What one claim may take: jobs due within `window_ms`, leased for `lease_ms`, at most
+/// `room` of them in batches of `batch`; a job past `max_attempts` is dead-lettered.
+pub(crate) struct ClaimLimits {
+    pub(crate) window_ms: u64,
+    pub(crate) lease_ms: u64,
+    pub(crate) room: usize,
+    pub(crate) batch: usize,
+    pub(crate) max_attempts: u32,
+}
+
+/// The `claim` script's call on shard `shard` of `queue` (its `KEYS` and `ARGV` in the
+/// order `lua/claim.lua` takes them).
+pub(crate) fn claim_invocation(
+    queue: &crate::queue::Queue,
     shard: u32,
-    room: usize,
-) -> Option<(u32, usize, ClaimBase, Vec<ClaimedRow>, u64)> {
-    let queue = &shared.queue;
-    let config = &shared.config;
+    limits: &ClaimLimits,
+) -> redis::ScriptInvocation<'static> {
     let keys = queue.keys(shard);
     let mut invocation = SCRIPTS.claim.prepare_invoke();
     invocation
@@ -108,11 +116,31 @@ async fn claim_shard(
         .arg(&keys.payload_prefix)
         .arg(queue.shards())
         .arg(queue.buckets())
-        .arg(ms(config.window))
-        .arg(ms(config.lease))
-        .arg(room)
-        .arg(config.batch)
-        .arg(config.max_attempts);
+        .arg(limits.window_ms)
+        .arg(limits.lease_ms)
+        .arg(limits.room)
+        .arg(limits.batch)
+        .arg(limits.max_attempts);
+    invocation
+}
+
+/// One claim call on one shard: the reply with the local instants around it.
+async fn claim_shard(
+    shared: &Shared,
+    mut conn: Conn,
+    shard: u32,
+    room: usize,
+) -> Option<(u32, usize, ClaimBase, Vec<ClaimedRow>, u64)> {
+    let queue = &shared.queue;
+    let config = &shared.config;
+    let limits = ClaimLimits {
+        window_ms: ms(config.window),
+        lease_ms: ms(config.lease),
+        room,
+        batch: config.batch,
+        max_attempts: config.max_attempts,
+    };
+    let invocation = claim_invocation(queue, shard, &limits);
     let sent = Instant::now();
     let reply: Value = invocation.invoke_async(&mut conn).await.ok()?;
     let received = Instant::now();

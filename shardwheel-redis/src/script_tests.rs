@@ -32,23 +32,14 @@ async fn claim(
     max: usize,
     max_attempts: u32,
 ) -> (i64, Vec<crate::claim::ClaimedRow>, u64) {
-    let keys = queue.keys(shard);
-    let reply: Value = SCRIPTS
-        .claim
-        .key(&keys.due)
-        .key(&keys.lease)
-        .key(&keys.tok)
-        .key(&keys.dead)
-        .key(&keys.seq)
-        .key(&keys.att)
-        .arg(&keys.payload_prefix)
-        .arg(queue.shards())
-        .arg(queue.buckets())
-        .arg(window_ms)
-        .arg(lease_ms)
-        .arg(max)
-        .arg(1000)
-        .arg(max_attempts)
+    let limits = crate::claim::ClaimLimits {
+        window_ms,
+        lease_ms,
+        room: max,
+        batch: 1000,
+        max_attempts,
+    };
+    let reply: Value = crate::claim::claim_invocation(queue, shard, &limits)
         .invoke_async(&mut queue.conn())
         .await
         .unwrap();

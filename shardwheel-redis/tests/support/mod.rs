@@ -39,21 +39,10 @@ impl Server {
 
     fn spawn(&mut self) {
         let _ = std::fs::remove_file(self.socket());
-        let child = Command::new("redis-server")
+        let child = redis_server(self.dir.path())
             .args(["--port", "0", "--unixsocket"])
             .arg(self.socket())
-            .args(["--unixsocketperm", "700", "--dir"])
-            .arg(self.dir.path())
-            .args([
-                "--appendonly",
-                "yes",
-                "--appendfsync",
-                "always",
-                "--save",
-                "",
-            ])
-            .args(["--daemonize", "no", "--loglevel", "warning"])
-            .stdout(Stdio::null())
+            .args(["--unixsocketperm", "700"])
             .spawn()
             .expect("redis-server on the PATH (apt-get install redis-server)");
         self.child = Some(child);
@@ -131,7 +120,7 @@ impl Cluster {
         for _ in 0..3 {
             let dir = tempfile::tempdir().unwrap();
             let port = free_port();
-            let child = Command::new("redis-server")
+            let child = redis_server(dir.path())
                 .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
                 .args([
                     "--cluster-enabled",
@@ -139,18 +128,6 @@ impl Cluster {
                     "--cluster-config-file",
                     "nodes.conf",
                 ])
-                .arg("--dir")
-                .arg(dir.path())
-                .args([
-                    "--appendonly",
-                    "yes",
-                    "--appendfsync",
-                    "always",
-                    "--save",
-                    "",
-                ])
-                .args(["--daemonize", "no", "--loglevel", "warning"])
-                .stdout(Stdio::null())
                 .spawn()
                 .expect("redis-server on the PATH");
             cluster.children.push(child);
@@ -370,4 +347,24 @@ pub async fn schedule_new<'a>(
 ) {
     let stored = queue.schedule_many(jobs).await.unwrap();
     assert!(stored.iter().all(|&new| new), "every id was new");
+}
+
+/// `redis-server` in the foreground with its data in `dir`, every write on disk before it
+/// is acknowledged (AOF, `appendfsync always`), no snapshots, and quiet.
+fn redis_server(dir: &std::path::Path) -> Command {
+    let mut command = Command::new("redis-server");
+    command
+        .arg("--dir")
+        .arg(dir)
+        .args([
+            "--appendonly",
+            "yes",
+            "--appendfsync",
+            "always",
+            "--save",
+            "",
+        ])
+        .args(["--daemonize", "no", "--loglevel", "warning"])
+        .stdout(Stdio::null());
+    command
 }
