@@ -153,6 +153,13 @@ impl Stage {
         }
     }
 
+    /// Whether the reaper asked the owner, inside, to hand its timers over: the owner then
+    /// pushes them on the inbox and wakes the reaper as any push does.
+    pub(crate) fn is_asked(&self) -> bool {
+        // Relaxed: read in the reaper's last look, which the park handshake's fence orders.
+        self.state.load(Ordering::Relaxed) & COLLECT != 0
+    }
+
     /// The reaper, holding the stage, closes it for good: no owner takes it again.
     pub(crate) fn close(&self) {
         // Release: an owner that fails to take it goes straight to the inbox, which is

@@ -30,8 +30,10 @@ impl<T> Shard<T> {
         registry.new.push(Arc::clone(&stage));
         drop(registry);
         // Relaxed: ordered before the reaper's look by the stager's fence (see `stage`);
-        // the registry's lock orders the rest.
-        self.registered.store(true, Ordering::Relaxed);
+        // the registry's lock orders the rest. A swap rather than a store: loom checks the
+        // fence handshake for a read-modify-write (as the inbox push), not for a plain
+        // store, and a registration is rare.
+        self.registered.swap(true, Ordering::Relaxed);
         Some(stage)
     }
 
@@ -325,13 +327,14 @@ impl<T> Shard<T> {
     }
 
     /// Whether a stage holds a timer due before `wake_at`, or one was registered since the
-    /// last pass: the reaper's last look before it parks (see `stage`).
+    /// last pass: the reaper's last look before it parks (see `stage`). A stage whose
+    /// owner the reaper asked to hand over does not count: the owner's push wakes it.
     pub(super) fn stages_due_before(&self, due: &Due, wake_at: u64) -> bool {
         // Relaxed: ordered by the park handshake's fence, as the hints are.
         self.registered.load(Ordering::Relaxed)
             || due
                 .stages
                 .iter()
-                .any(|stage| stage.min().is_some_and(|min| min < wake_at))
+                .any(|stage| stage.min().is_some_and(|min| min < wake_at) && !stage.is_asked())
     }
 }
