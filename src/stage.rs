@@ -70,6 +70,10 @@ pub struct Stage {
     min: AtomicU64,
     /// The owner let go (its thread exited): the reaper collects the stage and forgets it.
     gone: AtomicBool,
+    /// The owner's timers scheduled and cancelled on the stage's shard, counted by the
+    /// owner alone, with a load and a store: no read-modify-write on a shared line.
+    scheduled: AtomicU64,
+    cancelled: AtomicU64,
     held: UnsafeCell<Held>,
 }
 
@@ -99,6 +103,8 @@ impl Stage {
             len: AtomicU32::new(0),
             min: AtomicU64::new(u64::MAX),
             gone: AtomicBool::new(false),
+            scheduled: AtomicU64::new(0),
+            cancelled: AtomicU64::new(0),
             held: UnsafeCell::new(Held {
                 staged: Vec::with_capacity(STAGE_LEN),
                 free: Vec::with_capacity(FREE_LEN),
@@ -202,6 +208,25 @@ impl Stage {
         (self.len.load(Ordering::Relaxed) != 0).then(|| self.min.load(Ordering::Relaxed))
     }
 
+    /// The owner counts a timer it scheduled on the stage's shard. Owner only.
+    pub(crate) fn count_scheduled(&self) {
+        bump(&self.scheduled);
+    }
+
+    /// The owner counts a timer it cancelled on the stage's shard. Owner only.
+    pub(crate) fn count_cancelled(&self) {
+        bump(&self.cancelled);
+    }
+
+    /// The owner's timers scheduled and cancelled so far (final once it let go).
+    pub(crate) fn counts(&self) -> (u64, u64) {
+        // Relaxed: counts; `is_gone`'s Acquire makes a gone owner's final.
+        (
+            self.scheduled.load(Ordering::Relaxed),
+            self.cancelled.load(Ordering::Relaxed),
+        )
+    }
+
     /// The owner lets go of the stage for good (its thread exits).
     pub fn let_go(&self) {
         // Release: the owner's last stores to the hints come before the reaper's look.
@@ -213,6 +238,13 @@ impl Stage {
         // Acquire: pairs with `let_go`.
         self.gone.load(Ordering::Acquire)
     }
+}
+
+/// Adds one to a count only one thread writes: a load and a store, which cost a fraction
+/// of a read-modify-write.
+fn bump(count: &AtomicU64) {
+    // Relaxed: a count; its one writer reads its own last store.
+    count.store(count.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
 }
 
 #[cfg(all(test, not(loom)))]

@@ -34,7 +34,7 @@ use crate::slots::{
 };
 use crate::stage::Stage;
 use crate::stats::ShardStats;
-use crate::sync::{self, AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use crate::sync::{self, AtomicBool, AtomicU64, Ordering};
 use crate::wakeup::Wakeup;
 use crossbeam_utils::CachePadded;
 use staged::Registry;
@@ -91,6 +91,8 @@ pub struct Shard<T> {
     spin_nanos: u64,
     stopping: AtomicBool,
     panicked: AtomicU64,
+    /// Timers fired or handed back: counted by the reaper (or the wind-up).
+    out: AtomicU64,
     /// Stages registered since the reaper last looked (see `stage`).
     registry: sync::Mutex<Registry>,
     /// A stage was registered since the reaper last picked the new ones up.
@@ -100,16 +102,15 @@ pub struct Shard<T> {
     stats: Mutex<ShardStats>,
 }
 
-/// What producers count, on one cache line of their own.
+/// What producers count, on one cache line of their own: threads with a stage count their
+/// schedules and cancels there instead (see `stage`), and the stages of threads that
+/// exited are folded in here.
 struct ProducerCounts {
-    /// Timers scheduled and neither fired nor cancelled.
-    pending: AtomicUsize,
     /// Successful resets.
     resets: AtomicU64,
-    /// Timers scheduled (handed to the inbox or staged).
+    /// Timers scheduled.
     scheduled: AtomicU64,
-    /// Successful cancels (a timer cancelled while staged never reaches the reaper, so
-    /// they are counted here).
+    /// Successful cancels.
     cancelled: AtomicU64,
 }
 
@@ -124,7 +125,6 @@ impl<T> Shard<T> {
             changes: CachePadded::new(Inbox::new()),
             wakeup: CachePadded::new(Wakeup::new()),
             counts: CachePadded::new(ProducerCounts {
-                pending: AtomicUsize::new(0),
                 resets: AtomicU64::new(0),
                 scheduled: AtomicU64::new(0),
                 cancelled: AtomicU64::new(0),
@@ -137,6 +137,7 @@ impl<T> Shard<T> {
             spin_nanos: 0,
             stopping: AtomicBool::new(false),
             panicked: AtomicU64::new(0),
+            out: AtomicU64::new(0),
             registry: sync::Mutex::new(Registry::default()),
             registered: AtomicBool::new(false),
         }
@@ -156,18 +157,61 @@ impl<T> Shard<T> {
         self
     }
 
-    /// Counts a timer out of the pending ones (fired, cancelled, handed back, refused).
-    fn count_out(&self) {
-        // Relaxed: a count, not a synchronisation.
-        self.counts.pending.fetch_sub(1, Ordering::Relaxed);
+    /// Gives a timer's place under the bound back (fired, cancelled, handed back, refused).
+    fn discharge(&self) {
         if let Some(bound) = &self.bound {
             bound.discharge();
         }
     }
 
-    /// Timers scheduled and neither fired nor cancelled.
+    /// Counts a timer scheduled, in `stage` (the calling thread's) if given.
+    fn count_scheduled(&self, stage: Option<&Stage>) {
+        match stage {
+            Some(stage) => stage.count_scheduled(),
+            // Relaxed: a count.
+            None => drop(self.counts.scheduled.fetch_add(1, Ordering::Relaxed)),
+        }
+    }
+
+    /// Counts a timer cancelled, in `stage` (the calling thread's) if given, and gives
+    /// its place under the bound back.
+    fn count_cancelled(&self, stage: Option<&Stage>) {
+        match stage {
+            Some(stage) => stage.count_cancelled(),
+            // Relaxed: a count.
+            None => drop(self.counts.cancelled.fetch_add(1, Ordering::Relaxed)),
+        }
+        self.discharge();
+    }
+
+    /// Counts a timer fired or handed back, and gives its place under the bound back.
+    fn count_out(&self) {
+        // Relaxed: a count. (One thread counts at a time, the reaper or the wind-up.)
+        self.out.fetch_add(1, Ordering::Relaxed);
+        self.discharge();
+    }
+
+    /// Timers scheduled and cancelled so far, over the shared counts and every stage.
+    fn scheduled_and_cancelled(&self) -> (u64, u64) {
+        // Relaxed: counts.
+        let mut counted = (
+            self.counts.scheduled.load(Ordering::Relaxed),
+            self.counts.cancelled.load(Ordering::Relaxed),
+        );
+        for stage in &self.registry().all {
+            let (scheduled, cancelled) = stage.counts();
+            counted = (counted.0 + scheduled, counted.1 + cancelled);
+        }
+        counted
+    }
+
+    /// Timers scheduled and neither fired nor cancelled. (A count taken as timers come
+    /// and go may be off by those in flight.)
     pub fn pending(&self) -> usize {
-        self.counts.pending.load(Ordering::Relaxed)
+        let (scheduled, cancelled) = self.scheduled_and_cancelled();
+        // Relaxed: a count.
+        let out = cancelled + self.out.load(Ordering::Relaxed);
+        usize::try_from(scheduled.saturating_sub(out)).unwrap_or(usize::MAX)
     }
 
     /// Callbacks that panicked.
@@ -179,8 +223,7 @@ impl<T> Shard<T> {
     pub(crate) fn stats(&self) -> ShardStats {
         let mut stats = self.reaper_stats().clone();
         stats.reset = self.counts.resets.load(Ordering::Relaxed);
-        stats.scheduled = self.counts.scheduled.load(Ordering::Relaxed);
-        stats.cancelled = self.counts.cancelled.load(Ordering::Relaxed);
+        (stats.scheduled, stats.cancelled) = self.scheduled_and_cancelled();
         stats.pending = self.pending();
         stats.panicked = self.panicked();
         stats.slots = u64::from(self.slots.claimed());
@@ -196,23 +239,23 @@ impl<T> Shard<T> {
     /// slot and generation.
     pub fn schedule(&self, deadline: u64, payload: T) -> Result<(u32, u32), Refused<T>> {
         let payload = self.admit(payload)?;
-        self.schedule_admitted(deadline, payload)
+        let scheduled = self.schedule_admitted(deadline, payload)?;
+        self.count_scheduled(None);
+        Ok(scheduled)
     }
 
-    /// Counts a timer in as pending, if the bound lets it.
+    /// Takes a place under the bound for a new timer, if there is one.
     fn admit(&self, payload: T) -> Result<T, Refused<T>> {
         if self.bound.as_ref().is_some_and(|bound| !bound.admit()) {
             return Err(Refused::Full(payload));
         }
-        // Relaxed: a count, not a synchronisation.
-        self.counts.pending.fetch_add(1, Ordering::Relaxed);
         Ok(payload)
     }
 
-    /// `schedule` for a timer `admit` counted in: pushes it on the inbox.
+    /// `schedule` for a timer `admit` let in: pushes it on the inbox. The caller counts it.
     fn schedule_admitted(&self, deadline: u64, payload: T) -> Result<(u32, u32), Refused<T>> {
         let Some((index, slot)) = self.slots.take() else {
-            self.count_out();
+            self.discharge();
             return Err(Refused::Full(payload));
         };
         // Relaxed: the slot is ours; `take` synchronised with whoever freed it.
@@ -231,15 +274,13 @@ impl<T> Shard<T> {
             let mut freed = Freed::new();
             self.slots.release(index, slot, generation, &mut freed);
             self.slots.recycle(&mut freed);
-            self.count_out();
+            self.discharge();
             return Err(Refused::Closed(payload));
         }
         self.wakeup.notify(deadline);
         if waiting == Ok(BACKLOG) {
             self.wakeup.notify_backlog();
         }
-        // Relaxed: a count.
-        self.counts.scheduled.fetch_add(1, Ordering::Relaxed);
         Ok((index, generation))
     }
 
@@ -287,9 +328,7 @@ impl<T> Shard<T> {
                 Err(seen) => current = seen,
             }
         }
-        self.count_out();
-        // Relaxed: a count.
-        self.counts.cancelled.fetch_add(1, Ordering::Relaxed);
+        self.count_cancelled(stage);
         if current & STAGED != 0 {
             if let Some(payload) = stage.and_then(|stage| self.reclaim(stage, index, slot)) {
                 drop(guard);

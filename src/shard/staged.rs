@@ -8,12 +8,18 @@ use crate::slab::NIL;
 use crate::slots::{self, CANCELLED, Freed, PENDING, QUEUED, RESETTING, STAGED, Slot, Slots};
 use crate::stage::{FREE_LEN, Held, STAGE_LEN, Stage, Take};
 use crate::sync::{Ordering, thread};
+#[cfg(loom)]
+use loom::sync::MutexGuard;
+#[cfg(not(loom))]
+use std::sync::MutexGuard;
 use std::sync::{Arc, PoisonError};
 
 /// The stages registered with a shard and not yet picked up by its reaper.
 #[derive(Debug, Default)]
 pub(super) struct Registry {
     new: Vec<Arc<Stage>>,
+    /// Every stage whose owner has not let go: their counts are the shard's.
+    pub(super) all: Vec<Arc<Stage>>,
     /// The shard shut down: no stage is registered any more.
     closed: bool,
 }
@@ -22,12 +28,13 @@ impl<T> Shard<T> {
     /// A new stage for the calling thread to stage its timers on; none once the shard has
     /// shut down. The reaper picks it up at its next pass.
     pub fn register_stage(&self) -> Option<Arc<Stage>> {
-        let mut registry = self.registry.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut registry = self.registry();
         if registry.closed {
             return None;
         }
         let stage = Arc::new(Stage::new());
         registry.new.push(Arc::clone(&stage));
+        registry.all.push(Arc::clone(&stage));
         drop(registry);
         // Relaxed: ordered before the reaper's look by the stager's fence (see `stage`);
         // the registry's lock orders the rest. A swap rather than a store: loom checks the
@@ -48,7 +55,9 @@ impl<T> Shard<T> {
     ) -> Result<(u32, u32), Refused<T>> {
         let payload = self.admit(payload)?;
         if self.wakeup.plans_past(deadline) || !stage.try_own() {
-            return self.schedule_admitted(deadline, payload);
+            let scheduled = self.schedule_admitted(deadline, payload)?;
+            stage.count_scheduled();
+            return Ok(scheduled);
         }
         // SAFETY: taken just above.
         let free = unsafe { stage.with(|held| held.free.pop()) };
@@ -59,7 +68,7 @@ impl<T> Shard<T> {
         };
         let Some((index, slot)) = taken else {
             self.leave(stage);
-            self.count_out();
+            self.discharge();
             return Err(Refused::Full(payload));
         };
         // Relaxed: the slot is ours (see `schedule_admitted`).
@@ -69,27 +78,29 @@ impl<T> Shard<T> {
         // Relaxed: the deadline, place and state are published with the stage (its
         // Release), or with the inbox push that hands the stage over.
         slot.deadline.store(deadline, Ordering::Relaxed);
+        // The earliest deadline staged so far, as the holder of the stage last recorded it.
+        let earliest = stage.min();
         // SAFETY: the stage is held.
-        let (len, min) = unsafe {
+        let len = unsafe {
             stage.with(|held| {
                 slot.link.store(held.staged.len() as u32, Ordering::Relaxed);
                 held.staged.push(index);
-                (
-                    held.staged.len(),
-                    stage.min().map_or(deadline, |min| min.min(deadline)),
-                )
+                held.staged.len()
             })
         };
         slot.state
             .store(slots::word(generation, PENDING) | STAGED, Ordering::Relaxed);
-        stage.set_hints(len, min);
+        stage.set_hints(len, earliest.map_or(deadline, |min| min.min(deadline)));
         if len == STAGE_LEN {
             self.hand_over(stage);
         }
         self.leave(stage);
         // The handshake with the reaper's plan (see `stage`): a reaper that planned to
-        // sleep past this timer meanwhile gets it now.
-        if self.wakeup.sleeps_past(deadline) {
+        // sleep past this timer meanwhile gets it now. Only for a new earliest deadline:
+        // a timer due no earlier than one already staged is covered by that one's
+        // handshake (the reaper wakes for it, and collects the whole stage then, or its
+        // owner handed it over and the stage was empty).
+        if earliest.is_none_or(|min| deadline < min) && self.wakeup.sleeps_past(deadline) {
             if stage.try_own() {
                 self.hand_over(stage);
                 self.leave(stage);
@@ -98,8 +109,7 @@ impl<T> Shard<T> {
             // has it, and may be about to sleep past it.
             self.wakeup.wake();
         }
-        // Relaxed: a count.
-        self.counts.scheduled.fetch_add(1, Ordering::Relaxed);
+        stage.count_scheduled();
         Ok((index, generation))
     }
 
@@ -242,8 +252,7 @@ impl<T> Shard<T> {
     pub(super) fn collect_stages(&self, due: &mut Due, freed: &mut Freed, by: u64) -> u64 {
         // Relaxed: see `register_stage`.
         if self.registered.swap(false, Ordering::Relaxed) {
-            let mut registry = self.registry.lock().unwrap_or_else(PoisonError::into_inner);
-            due.stages.append(&mut registry.new);
+            due.stages.append(&mut self.registry().new);
         }
         let all = std::mem::take(&mut due.collect_all);
         let shrinking = freed.is_shrinking();
@@ -262,10 +271,33 @@ impl<T> Shard<T> {
                     Take::Closed => return false,
                 }
             }
+            if gone {
+                self.retire(stage);
+            }
             !gone
         });
         due.stages = stages;
         arrived
+    }
+
+    /// Forgets a stage whose owner let go, keeping its counts.
+    fn retire(&self, stage: &Arc<Stage>) {
+        let mut registry = self.registry();
+        let (scheduled, cancelled) = stage.counts();
+        // Relaxed: counts; folded in under the registry's lock, as `pending` reads them.
+        self.counts
+            .scheduled
+            .fetch_add(scheduled, Ordering::Relaxed);
+        self.counts
+            .cancelled
+            .fetch_add(cancelled, Ordering::Relaxed);
+        registry.all.retain(|kept| !Arc::ptr_eq(kept, stage));
+    }
+
+    /// The registry of stages, locked.
+    pub(super) fn registry(&self) -> MutexGuard<'_, Registry> {
+        // Nothing panics while it is held: a poisoned one is whole.
+        self.registry.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Takes in the timers of a stage the reaper holds, and its free slots if `free` (its
@@ -297,7 +329,7 @@ impl<T> Shard<T> {
     /// Returns how many timers it took in.
     pub(super) fn close_stages(&self, due: &mut Due, freed: &mut Freed) -> u64 {
         {
-            let mut registry = self.registry.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut registry = self.registry();
             registry.closed = true;
             due.stages.append(&mut registry.new);
         }
