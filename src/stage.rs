@@ -7,7 +7,7 @@
 //! free stack, and a trip of its slot's cache line to the reaper's core and back. Staged,
 //! a timer cancelled while it still waits here is taken out and its slot reused in place:
 //! no shared cache line is written, and the reaper never hears of it. Those that stay are
-//! handed over with one compare-and-swap when the stage fills (`STAGE_LEN`).
+//! handed over as one batch when the stage fills (`STAGE_LEN`).
 //!
 //! Who may touch the stage's contents is settled by one state word:
 //!
@@ -19,7 +19,7 @@
 //!
 //! The owner (the one thread that stages here) takes the stage from `IDLE` and gives it
 //! back; the reaper takes it from `IDLE` too, and finding the owner inside asks it, with
-//! `COLLECT`, to push what it staged to the inbox on its way out. Neither ever waits for
+//! `COLLECT`, to hand what it staged over on its way out. Neither ever waits for
 //! the other, except the shutdown's last collection, which waits for the owner to leave.
 //!
 //! No staged timer is late for being staged: the owner stages a timer only if it is due no
@@ -148,7 +148,7 @@ impl Stage {
                 _ => return Take::Asked, // already asked
             };
             // Acquire (to take it): sees what the owner did inside, as in `try_own`. The
-            // request needs no ordering: the owner's hand-over is ordered by the inbox.
+            // request needs no ordering: the owner's hand-over is ordered by the registry.
             match self
                 .state
                 .compare_exchange(from, to, Ordering::Acquire, Ordering::Relaxed)
@@ -160,7 +160,7 @@ impl Stage {
     }
 
     /// Whether the reaper asked the owner, inside, to hand its timers over: the owner then
-    /// pushes them on the inbox and wakes the reaper as any push does.
+    /// hands them over and wakes the reaper as a push does.
     pub(crate) fn is_asked(&self) -> bool {
         // Relaxed: read in the reaper's last look, which the park handshake's fence orders.
         self.state.load(Ordering::Relaxed) & COLLECT != 0

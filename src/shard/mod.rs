@@ -93,10 +93,11 @@ pub struct Shard<T> {
     panicked: AtomicU64,
     /// Timers fired or handed back: counted by the reaper (or the wind-up).
     out: AtomicU64,
-    /// Stages registered since the reaper last looked (see `stage`).
+    /// Stages registered, and timers handed over, since the reaper last looked (see
+    /// `stage`).
     registry: sync::Mutex<Registry>,
-    /// A stage was registered since the reaper last picked the new ones up.
-    registered: AtomicBool,
+    /// The registry has news (a stage, or timers handed over) for the reaper.
+    news: AtomicBool,
     /// The reaper's counts; see `stats`. (A std lock: it is not part of any protocol the
     /// loom models check, and the reaper never holds it while user code runs.)
     stats: Mutex<ShardStats>,
@@ -139,7 +140,7 @@ impl<T> Shard<T> {
             panicked: AtomicU64::new(0),
             out: AtomicU64::new(0),
             registry: sync::Mutex::new(Registry::default()),
-            registered: AtomicBool::new(false),
+            news: AtomicBool::new(false),
         }
     }
 

@@ -1,12 +1,16 @@
 //! The shard's side of staging (see `stage`): a producer stages its new timers and hands
 //! them over in batches, reclaims the slots of those it cancels while they are staged, and
-//! the reaper collects the stages that hold a timer due before its next wake-up.
+//! the reaper collects the stages that hold a timer due.
+//!
+//! A batch is handed over as the stage's list of slot numbers, put in the shard's registry
+//! under its lock (once per `STAGE_LEN` timers), rather than linked through the slots onto
+//! the inbox: linking would make the owner touch every slot again, long after it wrote
+//! it, and with a million timers pending those lines are out of its cache by then.
 
-use super::{BACKLOG, Refused, Shard};
+use super::{Refused, Shard};
 use crate::due::Due;
-use crate::slab::NIL;
 use crate::slots::{self, CANCELLED, Freed, PENDING, QUEUED, RESETTING, STAGED, Slot, Slots};
-use crate::stage::{FREE_LEN, Held, STAGE_LEN, Stage, Take};
+use crate::stage::{FREE_LEN, STAGE_LEN, Stage, Take};
 use crate::sync::{Ordering, thread};
 #[cfg(loom)]
 use loom::sync::MutexGuard;
@@ -14,10 +18,13 @@ use loom::sync::MutexGuard;
 use std::sync::MutexGuard;
 use std::sync::{Arc, PoisonError};
 
-/// The stages registered with a shard and not yet picked up by its reaper.
+/// The stages registered with a shard, and the batches handed over, that its reaper has
+/// not yet picked up.
 #[derive(Debug, Default)]
 pub(super) struct Registry {
     new: Vec<Arc<Stage>>,
+    /// Batches of staged timers (slot numbers) handed over by their owners.
+    handed: Vec<Vec<u32>>,
     /// Every stage whose owner has not let go: their counts are the shard's.
     pub(super) all: Vec<Arc<Stage>>,
     /// The shard shut down: no stage is registered any more.
@@ -36,12 +43,17 @@ impl<T> Shard<T> {
         registry.new.push(Arc::clone(&stage));
         registry.all.push(Arc::clone(&stage));
         drop(registry);
-        // Relaxed: ordered before the reaper's look by the stager's fence (see `stage`);
-        // the registry's lock orders the rest. A swap rather than a store: loom checks the
-        // fence handshake for a read-modify-write (as the inbox push), not for a plain
-        // store, and a registration is rare.
-        self.registered.swap(true, Ordering::Relaxed);
+        self.announce();
         Some(stage)
+    }
+
+    /// Tells the reaper the registry has news. Relaxed: ordered before the reaper's look
+    /// by the fence of the stager's or hand-over's handshake (see `stage`); the registry's
+    /// lock orders the rest. A swap rather than a store: loom checks the fence handshake
+    /// for a read-modify-write (as the inbox push), not for a plain store, and news is
+    /// rare.
+    fn announce(&self) {
+        self.news.swap(true, Ordering::Relaxed);
     }
 
     /// Schedules `payload`, due at `deadline`, on `stage` (the calling thread's own): as
@@ -121,57 +133,32 @@ impl<T> Shard<T> {
         }
     }
 
-    /// The owner, holding its stage, hands the timers staged to the inbox in one push,
-    /// and reclaims the slots of those cancelled meanwhile.
+    /// The owner, holding its stage, hands the timers staged over to the reaper as one
+    /// batch, and wakes it if it planned to sleep past the earliest of them.
     fn hand_over(&self, stage: &Stage) {
-        let mut spill = Freed::new();
-        let mut dropped = Vec::new();
         // SAFETY: the caller holds the stage.
-        let (first, last, count) = unsafe {
-            stage.with(|Held { staged, free }| {
-                let (mut first, mut last, mut count) = (NIL, NIL, 0);
-                for index in staged.drain(..) {
-                    let slot = self.staged_slot(index);
-                    if let Some(payload) = self.reclaim_slot(free, index, slot, &mut spill) {
-                        dropped.push(payload);
-                        continue;
-                    }
-                    // Relaxed: published by the push below.
-                    slot.link.store(first, Ordering::Relaxed);
-                    if first == NIL {
-                        last = index;
-                    }
-                    first = index;
-                    count += 1;
-                }
-                (first, last, count)
-            })
+        let batch = unsafe {
+            stage.with(|held| std::mem::replace(&mut held.staged, Vec::with_capacity(STAGE_LEN)))
         };
         let min = stage.min().unwrap_or(u64::MAX);
         stage.set_hints(0, u64::MAX);
-        self.slots.recycle(&mut spill);
-        if first != NIL {
-            // The stage is not closed (the owner holds it), so neither is the inbox: the
-            // shutdown closes the stages first (see `close_stages`).
-            let waiting = self
-                .inbox
-                .push_chain(first, &self.staged_slot(last).link, count)
-                .expect("the inbox closes after the stages");
-            // As a push (see `wakeup`): a reaper that planned to sleep past the earliest
-            // of them is woken. It may have looked at the stage before they were staged.
-            self.wakeup.notify(min);
-            if waiting < BACKLOG && waiting + count >= BACKLOG {
-                self.wakeup.notify_backlog();
-            }
+        if batch.is_empty() {
+            return;
         }
-        for payload in dropped {
-            self.contain(|| drop(payload));
-        }
+        // The stage is not closed (the owner holds it), so neither is the registry: the
+        // shutdown closes the stages first and takes the batches then (`close_stages`).
+        self.registry().handed.push(batch);
+        self.announce();
+        // As a push (see `wakeup`): a reaper that planned to sleep past the earliest of
+        // them is woken. It may have looked at the stage before they were staged.
+        self.wakeup.notify(min);
+        self.wakeup.notify_backlog();
     }
 
     /// Takes the payload of a staged slot that was cancelled and frees the slot into the
     /// stage's `free` slots (or `spill`, if they are full), if no change and no reset
-    /// holds it; `None` (and nothing done) otherwise.
+    /// holds it; `None` (and nothing done) otherwise. (A staged timer cancelled by another
+    /// thread the reaper frees when it takes it in.)
     fn reclaim_slot(
         &self,
         free: &mut Vec<u32>,
@@ -251,12 +238,18 @@ impl<T> Shard<T> {
     /// took in.
     pub(super) fn collect_stages(&self, due: &mut Due, freed: &mut Freed, by: u64) -> u64 {
         // Relaxed: see `register_stage`.
-        if self.registered.swap(false, Ordering::Relaxed) {
-            due.stages.append(&mut self.registry().new);
+        let mut arrived = 0;
+        // Relaxed: see `announce`.
+        if self.news.swap(false, Ordering::Relaxed) {
+            let handed = {
+                let mut registry = self.registry();
+                due.stages.append(&mut registry.new);
+                std::mem::take(&mut registry.handed)
+            };
+            arrived += self.take_batches(due, freed, handed);
         }
         let all = std::mem::take(&mut due.collect_all);
         let shrinking = freed.is_shrinking();
-        let mut arrived = 0;
         let mut stages = std::mem::take(&mut due.stages);
         stages.retain(|stage| {
             let gone = stage.is_gone();
@@ -277,6 +270,20 @@ impl<T> Shard<T> {
             !gone
         });
         due.stages = stages;
+        arrived
+    }
+
+    /// Takes in batches of staged timers their owners handed over; returns how many.
+    fn take_batches(&self, due: &mut Due, freed: &mut Freed, handed: Vec<Vec<u32>>) -> u64 {
+        let mut arrived = 0;
+        for batch in handed {
+            arrived += batch.len() as u64;
+            // Newest first, as the inbox hands timers over: timers overdue by the same
+            // pass then fire oldest first.
+            for index in batch.into_iter().rev() {
+                self.arrive_slot(due, index, self.slot(index), freed);
+            }
+        }
         arrived
     }
 
@@ -349,21 +356,27 @@ impl<T> Shard<T> {
                 }
             }
         }
-        arrived
+        // What owners handed over, before the stages closed or while they waited.
+        let handed = std::mem::take(&mut self.registry().handed);
+        arrived + self.take_batches(due, freed, handed)
     }
 
     /// The earliest deadline staged in any stage, as last recorded (nanoseconds since the
-    /// start): the reaper wakes for it.
+    /// start): the reaper wakes for it. Not in a stage whose owner it asked to hand over:
+    /// the owner's push wakes it (rather than the reaper spinning until the owner leaves).
     pub(super) fn next_staged(&self, due: &Due) -> Option<u64> {
-        due.stages.iter().filter_map(|stage| stage.min()).min()
+        due.stages
+            .iter()
+            .filter(|stage| !stage.is_asked())
+            .filter_map(|stage| stage.min())
+            .min()
     }
 
-    /// Whether a stage holds a timer due before `wake_at`, or one was registered since the
-    /// last pass: the reaper's last look before it parks (see `stage`). A stage whose
+    /// Whether a stage holds a timer due before `wake_at`, or the registry has news: the reaper's last look before it parks (see `stage`). A stage whose
     /// owner the reaper asked to hand over does not count: the owner's push wakes it.
     pub(super) fn stages_due_before(&self, due: &Due, wake_at: u64) -> bool {
         // Relaxed: ordered by the park handshake's fence, as the hints are.
-        self.registered.load(Ordering::Relaxed)
+        self.news.load(Ordering::Relaxed)
             || due
                 .stages
                 .iter()
