@@ -45,6 +45,10 @@ use std::time::Duration;
 /// `run`): their memory comes back within about this long.
 const TIDY_INTERVAL: Duration = Duration::from_millis(10);
 
+/// The longest a reaper sleeps, even with nothing due: producers stage a timer due later
+/// than that without waking it (see `stage`). A pass a second costs a few microseconds.
+const IDLE_HORIZON: Duration = Duration::from_secs(1);
+
 /// How often the reaper comes back to a shrink under way: a step sorts for 0.1 ms at most
 /// (see `slots`), so the shrink takes a tenth of the reaper's time while it lasts.
 const SHRINK_INTERVAL: Duration = Duration::from_millis(1);
