@@ -539,5 +539,9 @@ fn short_lived_timers_due_far_ahead_do_not_wake_the_reaper() {
         "{} reaper passes for 100,000 timers never due",
         stats.passes
     );
-    assert!(stats.slots <= 64, "{} slots for one timer at a time", stats.slots);
+    assert!(
+        stats.slots <= 64,
+        "{} slots for one timer at a time",
+        stats.slots
+    );
 }
