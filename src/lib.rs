@@ -33,29 +33,53 @@
 //! assert!(wheel.is_empty());
 //! ```
 //!
+//! # Features
+//!
+//! - `engine` (default): [`Timer`] and everything built on it, with its reaper threads.
+//!   Without it (`default-features = false`) the crate is [`Wheel`] alone and has no
+//!   dependency.
+//! - `mmap` (default): on Linux the slabs' chunks are mapped from the OS, large ones as
+//!   huge pages, so memory given back after a spike leaves the process whatever the global
+//!   allocator; without it the global allocator serves them.
+//!
 //! The modules, each in its own file: `wheel` (levels, buckets, the bucket heap), `slab`
 //! (entries and generations), `handle` (keys), `timer` (the engine's API), `scheduler`,
 //! `shard` (a shard and its reaper), `slots` (the shared slab of timer slots), `inbox`,
 //! `wakeup` (the park handshake), `sleep`, `periodic`, `purgatory`, `stats`, `error`.
 
+#[cfg(feature = "engine")]
 mod bound;
+#[cfg(feature = "engine")]
 mod callback;
+#[cfg(feature = "engine")]
 mod clock;
+#[cfg(feature = "engine")]
 mod due;
 mod error;
 mod handle;
+#[cfg(feature = "engine")]
 mod inbox;
 mod pages;
+#[cfg(feature = "engine")]
 mod periodic;
+#[cfg(feature = "engine")]
 pub mod purgatory;
+#[cfg(feature = "engine")]
 mod scheduler;
+#[cfg(feature = "engine")]
 mod shard;
 mod slab;
+#[cfg(feature = "engine")]
 mod sleep;
+#[cfg(feature = "engine")]
 mod slots;
+#[cfg(feature = "engine")]
 mod stats;
+#[cfg(feature = "engine")]
 mod sync;
+#[cfg(feature = "engine")]
 mod timer;
+#[cfg(feature = "engine")]
 mod wakeup;
 mod wheel;
 
@@ -69,19 +93,24 @@ pub mod loom_api {
     pub use crate::sleep::Shared as SleepShared;
 }
 
+#[cfg(feature = "engine")]
 pub use error::{
-    AdvanceError, BuildError, Full, PeriodicError, ScheduleError, SleepError, StaleHandle,
-    StaleKey, TimeoutError,
+    AdvanceError, BuildError, PeriodicError, ScheduleError, SleepError, StaleHandle, TimeoutError,
 };
+pub use error::{Full, StaleKey};
 
 /// The README's example, compiled and run as a doc test.
 #[doc = include_str!("../README.md")]
-#[cfg(doctest)]
+#[cfg(all(doctest, feature = "engine"))]
 pub struct ReadmeDoctests;
-pub use callback::Callback;
-pub use handle::{Key, TimerHandle};
-pub use periodic::{Period, Periodic};
-pub use sleep::{Sleep, Timeout};
-pub use stats::Stats;
-pub use timer::{Builder, Timer};
+pub use handle::Key;
 pub use wheel::{DrainExpired, Expired, Wheel};
+#[cfg(feature = "engine")]
+pub use {
+    callback::Callback,
+    handle::TimerHandle,
+    periodic::{Period, Periodic},
+    sleep::{Sleep, Timeout},
+    stats::Stats,
+    timer::{Builder, Timer},
+};
