@@ -111,6 +111,6 @@ pub use {
     handle::TimerHandle,
     periodic::{Period, Periodic},
     sleep::{Sleep, Timeout},
-    stats::Stats,
+    stats::{Counts, Stats},
     timer::{Builder, Timer},
 };

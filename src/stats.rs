@@ -4,11 +4,16 @@
 //! takes except [`Timer::stats`](crate::Timer::stats), so recording costs no contention with
 //! producers: lateness once per fired timer, the other counts once per pass. Producers
 //! count only what only they see (resets) beside the pending count they keep anyway.
-//! A snapshot merges the shards.
+//! A snapshot merges the shards. [`Timer::counts`](crate::Timer::counts) reads the counts
+//! alone, without copying the histograms (two of some 30 KiB a shard), for a scrape.
 
+use crate::shard::Shard;
+use crate::timer::Timer;
 use hdrhistogram::Histogram;
 use std::fmt;
 use std::io;
+use std::iter::Sum;
+use std::ops::{AddAssign, Deref, DerefMut};
 use std::time::Duration;
 
 /// Histograms hold 1 ns to an hour (longer is recorded as an hour), to 2 significant
@@ -21,24 +26,30 @@ fn histogram() -> Histogram<u64> {
         .expect("the bounds are valid constants")
 }
 
-/// One shard's counts, kept by its reaper.
+/// One shard's counts and histograms, kept by its reaper. The counts are reached through
+/// it as if they were its own fields (`stats.fired += 1`).
 #[derive(Clone)]
 pub(crate) struct ShardStats {
     /// Nanoseconds from each fired timer's deadline to the start of its callback.
     lateness: Histogram<u64>,
-    /// Arrivals and changes taken from the inboxes, per pass that took any.
+    /// Arrivals and changes taken from the inboxes, per pass that took any. `reset`,
+    /// `pending`, `panicked` and `slots` are the producers' and are filled in when read.
     drained: Histogram<u64>,
-    pub(crate) scheduled: u64,
-    pub(crate) cancelled: u64,
-    pub(crate) fired: u64,
-    pub(crate) passes: u64,
-    /// The wheel's own count, copied each pass.
-    pub(crate) cascaded: u64,
-    /// Filled in from the producers' counts when a snapshot is taken.
-    pub(crate) reset: u64,
-    pub(crate) pending: usize,
-    pub(crate) panicked: u64,
-    pub(crate) slots: u64,
+    pub(crate) counts: Counts,
+}
+
+impl Deref for ShardStats {
+    type Target = Counts;
+
+    fn deref(&self) -> &Counts {
+        &self.counts
+    }
+}
+
+impl DerefMut for ShardStats {
+    fn deref_mut(&mut self) -> &mut Counts {
+        &mut self.counts
+    }
 }
 
 impl ShardStats {
@@ -46,21 +57,13 @@ impl ShardStats {
         ShardStats {
             lateness: histogram(),
             drained: histogram(),
-            scheduled: 0,
-            cancelled: 0,
-            fired: 0,
-            passes: 0,
-            cascaded: 0,
-            reset: 0,
-            pending: 0,
-            panicked: 0,
-            slots: 0,
+            counts: Counts::default(),
         }
     }
 
     /// A timer fired, `lateness_nanos` after its deadline if that was measured.
     pub(crate) fn fired(&mut self, lateness_nanos: Option<u64>) {
-        self.fired += 1;
+        self.counts.fired += 1;
         if let Some(late) = lateness_nanos {
             self.lateness.saturating_record(late.max(1));
         }
@@ -68,11 +71,96 @@ impl ShardStats {
 
     /// A pass took `arrivals` new timers and `changes` cancels and resets.
     pub(crate) fn pass(&mut self, arrivals: u64, changes: u64) {
-        self.passes += 1;
-        self.scheduled += arrivals;
+        self.counts.passes += 1;
+        self.counts.scheduled += arrivals;
         if arrivals + changes > 0 {
             self.drained.saturating_record(arrivals + changes);
         }
+    }
+}
+
+/// Adds `$from`'s counts to `$to`'s: a [`Counts`] and a [`Stats`] name them alike.
+macro_rules! add_counts {
+    ($to:expr, $from:expr) => {{
+        let (to, from) = (&mut *$to, &$from);
+        to.scheduled += from.scheduled;
+        to.cancelled += from.cancelled;
+        to.reset += from.reset;
+        to.fired += from.fired;
+        to.panicked += from.panicked;
+        to.pending += from.pending;
+        to.cascaded += from.cascaded;
+        to.passes += from.passes;
+        to.slots += from.slots;
+    }};
+}
+
+/// A [`Timer`]'s counts, or one shard's, without the lateness histograms: from
+/// [`Timer::counts`] and [`Timer::shard_counts`]. Reading them takes each shard's
+/// statistics lock for as long as a copy of a few words takes, so they can be read as
+/// often as a metrics scrape wants. The fields mean what [`Stats`]' do.
+///
+/// ```
+/// use std::time::Duration;
+///
+/// let timer = shardwheel::Timer::builder().manual().shards(2).build_with(|_: u32| {}).unwrap();
+/// timer.insert(Duration::from_millis(5), 1).unwrap();
+/// timer.insert(Duration::from_secs(60), 2).unwrap();
+/// timer.advance(Duration::from_millis(10)).unwrap();
+/// let counts = timer.counts();
+/// assert_eq!((counts.scheduled, counts.fired, counts.pending), (2, 1, 1));
+/// let per_shard: u64 = (0..timer.shards()).map(|s| timer.shard_counts(s).unwrap().fired).sum();
+/// assert_eq!(per_shard, 1);
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Counts {
+    /// Timers the reapers have taken in.
+    pub scheduled: u64,
+    /// Timers cancelled (and freed by their reaper).
+    pub cancelled: u64,
+    /// Successful resets.
+    pub reset: u64,
+    /// Timers fired (their callback or handler ran, or started to).
+    pub fired: u64,
+    /// Callbacks, handler calls and payload drops that panicked (each was caught).
+    pub panicked: u64,
+    /// Timers scheduled and neither fired nor cancelled, as producers count them.
+    pub pending: usize,
+    /// Times a timer moved down a level of a wheel, on its way to fire.
+    pub cascaded: u64,
+    /// Reaper passes: wake-ups, plus the passes a busy reaper makes without sleeping.
+    pub passes: u64,
+    /// Timer slots the shards hold, pending or free (see [`Stats::slots`]).
+    pub slots: u64,
+}
+
+impl AddAssign for Counts {
+    fn add_assign(&mut self, other: Counts) {
+        add_counts!(self, other);
+    }
+}
+
+impl Sum for Counts {
+    fn sum<I: Iterator<Item = Counts>>(counts: I) -> Counts {
+        counts.fold(Counts::default(), |mut total, shard| {
+            total += shard;
+            total
+        })
+    }
+}
+
+impl<T: Send + 'static> Timer<T> {
+    /// The counts of [`stats`](Self::stats), summed over the shards, without copying its
+    /// histograms (see [`Counts`]).
+    pub fn counts(&self) -> Counts {
+        self.scheduler().shards().iter().map(Shard::counts).sum()
+    }
+
+    /// Shard `shard`'s counts (shards are numbered from 0 to
+    /// [`shards`](Self::shards)` - 1`); `None` past the last.
+    pub fn shard_counts(&self, shard: usize) -> Option<Counts> {
+        self.scheduler().shards().get(shard).map(Shard::counts)
     }
 }
 
@@ -145,15 +233,7 @@ impl Stats {
 
     /// Adds one shard's counts.
     pub(crate) fn merge(&mut self, shard: &ShardStats) {
-        self.scheduled += shard.scheduled;
-        self.cancelled += shard.cancelled;
-        self.reset += shard.reset;
-        self.fired += shard.fired;
-        self.panicked += shard.panicked;
-        self.pending += shard.pending;
-        self.cascaded += shard.cascaded;
-        self.passes += shard.passes;
-        self.slots += shard.slots;
+        add_counts!(self, shard.counts);
         // Same bounds on both sides, so adding cannot fail.
         let _ = self.lateness.add(&shard.lateness);
         let _ = self.drained.add(&shard.drained);

@@ -31,7 +31,7 @@ use crate::inbox::{Closed, Inbox};
 use crate::slots::{
     self, CANCELLED, FIRING, FLAGS, Freed, PENDING, Pin, QUEUED, RESETTING, Slot, Slots,
 };
-use crate::stats::ShardStats;
+use crate::stats::{Counts, ShardStats};
 use crate::sync::{self, AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use crate::wakeup::Wakeup;
 use crossbeam_utils::CachePadded;
@@ -162,11 +162,23 @@ impl<T> Shard<T> {
     /// A copy of the shard's counts and histograms.
     pub(crate) fn stats(&self) -> ShardStats {
         let mut stats = self.reaper_stats().clone();
-        stats.reset = self.counts.resets.load(Ordering::Relaxed);
-        stats.pending = self.pending();
-        stats.panicked = self.panicked();
-        stats.slots = u64::from(self.slots.claimed());
+        self.count_producers(&mut stats.counts);
         stats
+    }
+
+    /// A copy of the shard's counts alone.
+    pub(crate) fn counts(&self) -> Counts {
+        let mut counts = self.reaper_stats().counts;
+        self.count_producers(&mut counts);
+        counts
+    }
+
+    /// Fills in what the producers count rather than the reaper.
+    fn count_producers(&self, counts: &mut Counts) {
+        counts.reset = self.counts.resets.load(Ordering::Relaxed);
+        counts.pending = self.pending();
+        counts.panicked = self.panicked();
+        counts.slots = u64::from(self.slots.claimed());
     }
 
     fn reaper_stats(&self) -> MutexGuard<'_, ShardStats> {
