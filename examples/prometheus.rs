@@ -16,64 +16,27 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::Duration;
 
-/// An exported metric: its name, type, help text and the count it shows.
-type Metric = (&'static str, &'static str, &'static str, fn(&Counts) -> u64);
-
-const METRICS: [Metric; 9] = [
-    (
-        "scheduled_total",
-        "counter",
-        "Timers the reapers have taken in.",
-        |c| c.scheduled,
-    ),
-    ("fired_total", "counter", "Timers fired.", |c| c.fired),
-    ("cancelled_total", "counter", "Timers cancelled.", |c| {
-        c.cancelled
-    }),
-    ("reset_total", "counter", "Successful resets.", |c| c.reset),
-    (
-        "panicked_total",
-        "counter",
-        "Callbacks that panicked.",
-        |c| c.panicked,
-    ),
-    (
-        "cascaded_total",
-        "counter",
-        "Timers moved down a wheel level.",
-        |c| c.cascaded,
-    ),
-    ("passes_total", "counter", "Reaper passes.", |c| c.passes),
-    (
-        "pending",
-        "gauge",
-        "Timers scheduled and neither fired nor cancelled.",
-        |c| c.pending as u64,
-    ),
-    (
-        "slots",
-        "gauge",
-        "Timer slots held, pending or free.",
-        |c| c.slots,
-    ),
-];
-
-/// The exposition: a `# HELP` and a `# TYPE` line a metric, then one sample a shard.
+/// The exposition: a `# TYPE` line a count, then one sample a shard. Totals are counters
+/// (named `_total`), levels (pending timers, slots) gauges.
 fn render(timer: &Timer) -> String {
-    let shards: Vec<Counts> = (0..timer.shards())
+    let shards: Vec<_> = (0..timer.shards())
         .filter_map(|shard| timer.shard_counts(shard))
+        .map(|counts| counts.named())
         .collect();
     let mut out = String::new();
-    for (name, kind, help, value) in METRICS {
+    let Some(first) = shards.first() else {
+        return out;
+    };
+    for (index, &(count, _)) in first.iter().enumerate() {
+        let (name, kind) = if Counts::is_level(count) {
+            (format!("shardwheel_{count}"), "gauge")
+        } else {
+            (format!("shardwheel_{count}_total"), "counter")
+        };
         // Writing to a String cannot fail.
-        let _ = writeln!(out, "# HELP shardwheel_{name} {help}");
-        let _ = writeln!(out, "# TYPE shardwheel_{name} {kind}");
-        for (shard, counts) in shards.iter().enumerate() {
-            let _ = writeln!(
-                out,
-                "shardwheel_{name}{{shard=\"{shard}\"}} {}",
-                value(counts)
-            );
+        let _ = writeln!(out, "# TYPE {name} {kind}");
+        for (shard, named) in shards.iter().enumerate() {
+            let _ = writeln!(out, "{name}{{shard=\"{shard}\"}} {}", named[index].1);
         }
     }
     out

@@ -79,26 +79,10 @@ impl ShardStats {
     }
 }
 
-/// Adds `$from`'s counts to `$to`'s: a [`Counts`] and a [`Stats`] name them alike.
-macro_rules! add_counts {
-    ($to:expr, $from:expr) => {{
-        let (to, from) = (&mut *$to, &$from);
-        to.scheduled += from.scheduled;
-        to.cancelled += from.cancelled;
-        to.reset += from.reset;
-        to.fired += from.fired;
-        to.panicked += from.panicked;
-        to.pending += from.pending;
-        to.cascaded += from.cascaded;
-        to.passes += from.passes;
-        to.slots += from.slots;
-    }};
-}
-
 /// A [`Timer`]'s counts, or one shard's, without the lateness histograms: from
 /// [`Timer::counts`] and [`Timer::shard_counts`]. Reading them takes each shard's
 /// statistics lock for as long as a copy of a few words takes, so they can be read as
-/// often as a metrics scrape wants. The fields mean what [`Stats`]' do.
+/// often as a metrics scrape wants.
 ///
 /// ```
 /// use std::time::Duration;
@@ -131,13 +115,62 @@ pub struct Counts {
     pub cascaded: u64,
     /// Reaper passes: wake-ups, plus the passes a busy reaper makes without sleeping.
     pub passes: u64,
-    /// Timer slots the shards hold, pending or free (see [`Stats::slots`]).
+    /// Timer slots the shards hold, pending or free: their memory, which grows with the
+    /// most timers pending at once and falls back after a spike (see [`Timer`]'s
+    /// "Memory").
     pub slots: u64,
+}
+
+impl Counts {
+    /// Each count with its field's name, in the order of the fields: for exporters that
+    /// write every count the same way. `pending` and `slots` are levels (a gauge's
+    /// values); the others only grow (a counter's).
+    ///
+    /// ```
+    /// let timer = shardwheel::Timer::builder().manual().build().unwrap();
+    /// let named = timer.counts().named();
+    /// assert_eq!(named[0], ("scheduled", 0));
+    /// assert!(named.iter().any(|&(name, _)| name == "pending"));
+    /// ```
+    pub fn named(&self) -> [(&'static str, u64); 9] {
+        [
+            ("scheduled", self.scheduled),
+            ("cancelled", self.cancelled),
+            ("reset", self.reset),
+            ("fired", self.fired),
+            ("panicked", self.panicked),
+            ("pending", self.pending as u64),
+            ("cascaded", self.cascaded),
+            ("passes", self.passes),
+            ("slots", self.slots),
+        ]
+    }
+
+    /// Whether the count named `name` (by [`named`](Self::named)) is a level, which goes
+    /// up and down (`pending`, `slots`), rather than a total, which only grows.
+    ///
+    /// ```
+    /// use shardwheel::Counts;
+    ///
+    /// assert!(Counts::is_level("pending"));
+    /// assert!(!Counts::is_level("fired"));
+    /// ```
+    pub fn is_level(name: &str) -> bool {
+        matches!(name, "pending" | "slots")
+    }
 }
 
 impl AddAssign for Counts {
     fn add_assign(&mut self, other: Counts) {
-        add_counts!(self, other);
+        self.scheduled += other.scheduled;
+        self.cancelled += other.cancelled;
+        self.reset += other.reset;
+        self.fired += other.fired;
+        self.panicked += other.panicked;
+        self.pending += other.pending;
+        self.cascaded += other.cascaded;
+        self.passes += other.passes;
+        self.slots += other.slots;
     }
 }
 
@@ -153,12 +186,25 @@ impl Sum for Counts {
 impl<T: Send + 'static> Timer<T> {
     /// The counts of [`stats`](Self::stats), summed over the shards, without copying its
     /// histograms (see [`Counts`]).
+    ///
+    /// ```
+    /// let timer = shardwheel::Timer::builder().manual().build().unwrap();
+    /// let handle = timer.schedule(std::time::Duration::from_secs(1), || {}).unwrap();
+    /// assert!(timer.cancel(handle));
+    /// assert_eq!(timer.counts().pending, 0);
+    /// ```
     pub fn counts(&self) -> Counts {
         self.scheduler().shards().iter().map(Shard::counts).sum()
     }
 
     /// Shard `shard`'s counts (shards are numbered from 0 to
     /// [`shards`](Self::shards)` - 1`); `None` past the last.
+    ///
+    /// ```
+    /// let timer = shardwheel::Timer::builder().manual().shards(2).build().unwrap();
+    /// assert_eq!(timer.shard_counts(1).map(|counts| counts.fired), Some(0));
+    /// assert_eq!(timer.shard_counts(2), None);
+    /// ```
     pub fn shard_counts(&self, shard: usize) -> Option<Counts> {
         self.scheduler().shards().get(shard).map(Shard::counts)
     }
@@ -167,9 +213,10 @@ impl<T: Send + 'static> Timer<T> {
 /// A snapshot of a [`Timer`](crate::Timer)'s counts and lateness, merged over its shards;
 /// from [`Timer::stats`](crate::Timer::stats).
 ///
-/// The counts are those the reapers have seen: a timer scheduled or cancelled a moment ago
-/// is counted once its shard's reaper has taken it in (its next pass). Once the timer is
-/// quiet, `scheduled == fired + cancelled + pending`.
+/// Its counts are a [`Counts`], read as the snapshot's own fields (`stats.fired`). They are
+/// those the reapers have seen: a timer scheduled or cancelled a moment ago is counted once
+/// its shard's reaper has taken it in (its next pass). Once the timer is quiet,
+/// `scheduled == fired + cancelled + pending`.
 ///
 /// ```
 /// use std::time::Duration;
@@ -188,52 +235,43 @@ impl<T: Send + 'static> Timer<T> {
 /// ```
 #[derive(Clone)]
 pub struct Stats {
-    /// Timers the reapers have taken in.
-    pub scheduled: u64,
-    /// Timers cancelled (and freed by their reaper).
-    pub cancelled: u64,
-    /// Successful resets.
-    pub reset: u64,
-    /// Timers fired (their callback or handler ran, or started to).
-    pub fired: u64,
-    /// Callbacks, handler calls and payload drops that panicked (each was caught).
-    pub panicked: u64,
-    /// Timers scheduled and neither fired nor cancelled, as producers count them.
-    pub pending: usize,
-    /// Times a timer moved down a level of a wheel, on its way to fire.
-    pub cascaded: u64,
-    /// Reaper passes: wake-ups, plus the passes a busy reaper makes without sleeping.
-    pub passes: u64,
-    /// Timer slots the shards hold, pending or free: their memory, which grows with the
-    /// most timers pending at once and falls back after a spike (see [`Timer`]'s
-    /// "Memory").
-    ///
-    /// [`Timer`]: crate::Timer
-    pub slots: u64,
+    counts: Counts,
     lateness: Histogram<u64>,
     drained: Histogram<u64>,
+}
+
+/// The snapshot's counts are read as its own fields (`stats.fired`).
+impl Deref for Stats {
+    type Target = Counts;
+
+    fn deref(&self) -> &Counts {
+        &self.counts
+    }
 }
 
 impl Stats {
     pub(crate) fn new() -> Self {
         Stats {
-            scheduled: 0,
-            cancelled: 0,
-            reset: 0,
-            fired: 0,
-            panicked: 0,
-            pending: 0,
-            cascaded: 0,
-            passes: 0,
-            slots: 0,
+            counts: Counts::default(),
             lateness: histogram(),
             drained: histogram(),
         }
     }
 
+    /// The snapshot's counts, as [`Timer::counts`](crate::Timer::counts) gives them.
+    ///
+    /// ```
+    /// let timer = shardwheel::Timer::builder().manual().build().unwrap();
+    /// let stats = timer.stats();
+    /// assert_eq!(stats.counts(), timer.counts());
+    /// ```
+    pub fn counts(&self) -> Counts {
+        self.counts
+    }
+
     /// Adds one shard's counts.
     pub(crate) fn merge(&mut self, shard: &ShardStats) {
-        add_counts!(self, shard.counts);
+        self.counts += shard.counts;
         // Same bounds on both sides, so adding cannot fail.
         let _ = self.lateness.add(&shard.lateness);
         let _ = self.drained.add(&shard.drained);
