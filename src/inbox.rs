@@ -51,19 +51,30 @@ impl Inbox {
     /// waiting before it (0: the list was empty, and the reaper may want waking), or
     /// `Closed`.
     pub(crate) fn push(&self, index: u32, link: &AtomicU32) -> Result<u32, Closed> {
+        self.push_chain(index, link, 1)
+    }
+
+    /// Pushes `count` slots in one CAS: `first` and those its link leads to, the last of
+    /// them with link field `last_link` (a stage's timers). As `push` otherwise.
+    pub(crate) fn push_chain(
+        &self,
+        first: u32,
+        last_link: &AtomicU32,
+        count: u32,
+    ) -> Result<u32, Closed> {
         let mut head = self.head.load(Ordering::Relaxed);
         loop {
             if newest(head) == CLOSED {
                 return Err(Closed);
             }
-            link.store(newest(head), Ordering::Relaxed);
+            last_link.store(newest(head), Ordering::Relaxed);
             let waiting = (head >> 32) as u32;
-            // Release: publishes the slot (its payload, deadline, link) to the reaper's
+            // Release: publishes the slots (payloads, deadlines, links) to the reaper's
             // Acquire swap. Relaxed on failure: the new head is only re-read. (The park
             // handshake orders this push with a fence of its own: see `wakeup`.)
             match self.head.compare_exchange_weak(
                 head,
-                head_word(waiting.wrapping_add(1), index),
+                head_word(waiting.wrapping_add(count), first),
                 Ordering::Release,
                 Ordering::Relaxed,
             ) {

@@ -82,6 +82,7 @@ cfg_engine! {
     mod shard;
     mod sleep;
     mod slots;
+    mod stage;
     mod stats;
     mod sync;
     mod timer;
@@ -96,6 +97,7 @@ pub mod loom_api {
     pub use crate::due::Due;
     pub use crate::shard::{Refused, Shard};
     pub use crate::sleep::Shared as SleepShared;
+    pub use crate::stage::Stage;
 }
 
 pub use error::{Full, StaleKey};

@@ -3,7 +3,8 @@
 //! Each shard's reaper records into its own `ShardStats`, behind a lock that nothing else
 //! takes except [`Timer::stats`](crate::Timer::stats), so recording costs no contention with
 //! producers: lateness once per fired timer, the other counts once per pass. Producers
-//! count only what only they see (resets) beside the pending count they keep anyway.
+//! count schedules, cancels and resets themselves (a timer cancelled while staged never
+//! reaches the reaper) beside the pending count they keep anyway.
 //! A snapshot merges the shards. [`Timer::counts`](crate::Timer::counts) reads the counts
 //! alone, without copying the histograms (two of some 30 KiB a shard), for a scrape.
 
@@ -32,9 +33,10 @@ fn histogram() -> Histogram<u64> {
 pub(crate) struct ShardStats {
     /// Nanoseconds from each fired timer's deadline to the start of its callback.
     lateness: Histogram<u64>,
-    /// Arrivals and changes taken from the inboxes, per pass that took any. `reset`,
-    /// `pending`, `panicked` and `slots` are the producers' and are filled in when read.
+    /// Arrivals and changes taken from the inboxes, per pass that took any.
     drained: Histogram<u64>,
+    /// The reaper's counts; `scheduled`, `cancelled`, `reset`, `pending`, `panicked` and
+    /// `slots` are the producers' and are filled in when read.
     pub(crate) counts: Counts,
 }
 
@@ -72,7 +74,6 @@ impl ShardStats {
     /// A pass took `arrivals` new timers and `changes` cancels and resets.
     pub(crate) fn pass(&mut self, arrivals: u64, changes: u64) {
         self.counts.passes += 1;
-        self.counts.scheduled += arrivals;
         if arrivals + changes > 0 {
             self.drained.saturating_record(arrivals + changes);
         }
@@ -83,6 +84,9 @@ impl ShardStats {
 /// [`Timer::counts`] and [`Timer::shard_counts`]. Reading them takes each shard's
 /// statistics lock for as long as a copy of a few words takes, so they can be read as
 /// often as a metrics scrape wants.
+///
+/// Schedules, cancels and resets are counted by the threads that make them, fires by the
+/// reapers. Once the timer is quiet, `scheduled == fired + cancelled + pending`.
 ///
 /// ```
 /// use std::time::Duration;
@@ -99,9 +103,9 @@ impl ShardStats {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Counts {
-    /// Timers the reapers have taken in.
+    /// Timers scheduled.
     pub scheduled: u64,
-    /// Timers cancelled (and freed by their reaper).
+    /// Timers cancelled.
     pub cancelled: u64,
     /// Successful resets.
     pub reset: u64,
@@ -213,10 +217,7 @@ impl<T: Send + 'static> Timer<T> {
 /// A snapshot of a [`Timer`](crate::Timer)'s counts and lateness, merged over its shards;
 /// from [`Timer::stats`](crate::Timer::stats).
 ///
-/// Its counts are a [`Counts`], read as the snapshot's own fields (`stats.fired`). They are
-/// those the reapers have seen: a timer scheduled or cancelled a moment ago is counted once
-/// its shard's reaper has taken it in (its next pass). Once the timer is quiet,
-/// `scheduled == fired + cancelled + pending`.
+/// Its counts are a [`Counts`], read as the snapshot's own fields (`stats.fired`).
 ///
 /// ```
 /// use std::time::Duration;

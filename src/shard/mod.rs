@@ -21,6 +21,7 @@
 //! their own.
 
 mod reaper;
+mod staged;
 #[cfg(test)]
 mod tests;
 mod wind_up;
@@ -29,12 +30,14 @@ use crate::bound::Bound;
 use crate::clock;
 use crate::inbox::{Closed, Inbox};
 use crate::slots::{
-    self, CANCELLED, FIRING, FLAGS, Freed, PENDING, Pin, QUEUED, RESETTING, Slot, Slots,
+    self, CANCELLED, FIRING, FLAGS, Freed, PENDING, Pin, QUEUED, RESETTING, STAGED, Slot, Slots,
 };
+use crate::stage::Stage;
 use crate::stats::{Counts, ShardStats};
 use crate::sync::{self, AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use crate::wakeup::Wakeup;
 use crossbeam_utils::CachePadded;
+use staged::Registry;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -88,6 +91,10 @@ pub struct Shard<T> {
     spin_nanos: u64,
     stopping: AtomicBool,
     panicked: AtomicU64,
+    /// Stages registered since the reaper last looked (see `stage`).
+    registry: sync::Mutex<Registry>,
+    /// A stage was registered since the reaper last picked the new ones up.
+    registered: AtomicBool,
     /// The reaper's counts; see `stats`. (A std lock: it is not part of any protocol the
     /// loom models check, and the reaper never holds it while user code runs.)
     stats: Mutex<ShardStats>,
@@ -99,6 +106,11 @@ struct ProducerCounts {
     pending: AtomicUsize,
     /// Successful resets.
     resets: AtomicU64,
+    /// Timers scheduled (handed to the inbox or staged).
+    scheduled: AtomicU64,
+    /// Successful cancels (a timer cancelled while staged never reaches the reaper, so
+    /// they are counted here).
+    cancelled: AtomicU64,
 }
 
 impl<T> Shard<T> {
@@ -114,6 +126,8 @@ impl<T> Shard<T> {
             counts: CachePadded::new(ProducerCounts {
                 pending: AtomicUsize::new(0),
                 resets: AtomicU64::new(0),
+                scheduled: AtomicU64::new(0),
+                cancelled: AtomicU64::new(0),
             }),
             stats: Mutex::new(ShardStats::new()),
             bound: Bound::new(max_pending),
@@ -123,6 +137,8 @@ impl<T> Shard<T> {
             spin_nanos: 0,
             stopping: AtomicBool::new(false),
             panicked: AtomicU64::new(0),
+            registry: sync::Mutex::new(Registry::default()),
+            registered: AtomicBool::new(false),
         }
     }
 
@@ -176,6 +192,8 @@ impl<T> Shard<T> {
     /// Fills in what the producers count rather than the reaper.
     fn count_producers(&self, counts: &mut Counts) {
         counts.reset = self.counts.resets.load(Ordering::Relaxed);
+        counts.scheduled = self.counts.scheduled.load(Ordering::Relaxed);
+        counts.cancelled = self.counts.cancelled.load(Ordering::Relaxed);
         counts.pending = self.pending();
         counts.panicked = self.panicked();
         counts.slots = u64::from(self.slots.claimed());
@@ -189,11 +207,22 @@ impl<T> Shard<T> {
     /// Schedules `payload`, due at `deadline` (nanoseconds since the start); returns its
     /// slot and generation.
     pub fn schedule(&self, deadline: u64, payload: T) -> Result<(u32, u32), Refused<T>> {
+        let payload = self.admit(payload)?;
+        self.schedule_admitted(deadline, payload)
+    }
+
+    /// Counts a timer in as pending, if the bound lets it.
+    fn admit(&self, payload: T) -> Result<T, Refused<T>> {
         if self.bound.as_ref().is_some_and(|bound| !bound.admit()) {
             return Err(Refused::Full(payload));
         }
         // Relaxed: a count, not a synchronisation.
         self.counts.pending.fetch_add(1, Ordering::Relaxed);
+        Ok(payload)
+    }
+
+    /// `schedule` for a timer `admit` counted in: pushes it on the inbox.
+    fn schedule_admitted(&self, deadline: u64, payload: T) -> Result<(u32, u32), Refused<T>> {
         let Some((index, slot)) = self.slots.take() else {
             self.count_out();
             return Err(Refused::Full(payload));
@@ -221,12 +250,21 @@ impl<T> Shard<T> {
         if waiting == Ok(BACKLOG) {
             self.wakeup.notify_backlog();
         }
+        // Relaxed: a count.
+        self.counts.scheduled.fetch_add(1, Ordering::Relaxed);
         Ok((index, generation))
     }
 
     /// Cancels the timer in slot `index` of generation `generation`; true if it was pending
     /// (it will never run now), false for a fired, cancelled or unknown one.
+    #[cfg(any(test, loom))]
     pub fn cancel(&self, index: u32, generation: u32) -> bool {
+        self.cancel_from(None, index, generation)
+    }
+
+    /// `cancel`, from the thread that owns `stage` (if given): a timer still staged there
+    /// is taken out at once, and its slot kept for the thread's next timer.
+    pub fn cancel_from(&self, stage: Option<&Stage>, index: u32, generation: u32) -> bool {
         // Pinned if need be: a stale handle's slot may be in a chunk the reaper gives back
         // meanwhile.
         let guard = Pin::for_slot(index);
@@ -239,8 +277,13 @@ impl<T> Shard<T> {
             if current & !FLAGS != slots::word(generation, PENDING) {
                 return false;
             }
-            // A reset under way pushes the change when it is done; otherwise this does.
-            let queue = if current & RESETTING == 0 { QUEUED } else { 0 };
+            // A reset under way pushes the change when it is done, and the holder of a
+            // staged timer's stage frees it; otherwise this pushes the change.
+            let queue = if current & (RESETTING | STAGED) == 0 {
+                QUEUED
+            } else {
+                0
+            };
             let cancelled = slots::word(generation, CANCELLED) | (current & FLAGS) | queue;
             // AcqRel on success: Acquire sees the payload the producer published (the
             // reaper drops it later on our behalf) and orders the push below after the
@@ -257,7 +300,14 @@ impl<T> Shard<T> {
             }
         }
         self.count_out();
-        if current & (RESETTING | QUEUED) == 0 {
+        // Relaxed: a count.
+        self.counts.cancelled.fetch_add(1, Ordering::Relaxed);
+        if current & STAGED != 0 {
+            if let Some(payload) = stage.and_then(|stage| self.reclaim(stage, index, slot)) {
+                drop(guard);
+                self.contain(|| drop(payload));
+            }
+        } else if current & (RESETTING | QUEUED) == 0 {
             match self.changes.push(index, &slot.change_link) {
                 Ok(0) => self.wakeup.notify_sleeping(),
                 Ok(BACKLOG) => self.wakeup.notify_backlog(),
