@@ -33,32 +33,61 @@
 //! assert!(wheel.is_empty());
 //! ```
 //!
+//! # Features
+//!
+//! - `engine` (default): [`Timer`] and everything built on it, with its reaper threads.
+//!   Without it (`default-features = false`) the crate is [`Wheel`] alone and has no
+//!   dependency.
+//! - `mmap` (default): on Linux the slabs' chunks are mapped from the OS, large ones as
+//!   huge pages, so memory given back after a spike leaves the process whatever the global
+//!   allocator; without it the global allocator serves them.
+//! - `metrics`: `Timer::record_metrics` gives the counts and lateness, per shard, to the
+//!   `metrics` facade's recorder.
+//! - `tracing`: a callback's panic, caught by its reaper, is logged as an error event with
+//!   its message.
+//!
 //! The modules, each in its own file: `wheel` (levels, buckets, the bucket heap), `slab`
 //! (entries and generations), `handle` (keys), `timer` (the engine's API), `scheduler`,
 //! `shard` (a shard and its reaper), `slots` (the shared slab of timer slots), `inbox`,
-//! `wakeup` (the park handshake), `sleep`, `periodic`, `purgatory`, `stats`, `error`.
+//! `wakeup` (the park handshake), `sleep`, `periodic`, `purgatory`, `stats`, `observe`
+//! (metrics and tracing), `error`.
 
-mod bound;
-mod callback;
-mod clock;
-mod due;
+/// Items of the engine, built with the `engine` feature (the way tokio's `cfg_rt!` gates
+/// its runtime).
+macro_rules! cfg_engine {
+    ($($item:item)*) => {
+        $(
+            #[cfg(feature = "engine")]
+            $item
+        )*
+    };
+}
+
 mod error;
 mod handle;
-mod inbox;
 mod pages;
-mod periodic;
-pub mod purgatory;
-mod scheduler;
-mod shard;
 mod slab;
-mod sleep;
-mod slots;
-mod stage;
-mod stats;
-mod sync;
-mod timer;
-mod wakeup;
 mod wheel;
+
+cfg_engine! {
+    mod bound;
+    mod callback;
+    mod clock;
+    mod due;
+    mod inbox;
+    mod observe;
+    mod periodic;
+    pub mod purgatory;
+    mod scheduler;
+    mod shard;
+    mod sleep;
+    mod slots;
+    mod stage;
+    mod stats;
+    mod sync;
+    mod timer;
+    mod wakeup;
+}
 
 /// The engine's internals, for the loom models in `loom-tests/` only: built under
 /// `--cfg loom` and never part of the API.
@@ -71,19 +100,23 @@ pub mod loom_api {
     pub use crate::stage::Stage;
 }
 
-pub use error::{
-    AdvanceError, BuildError, Full, PeriodicError, ScheduleError, SleepError, StaleHandle,
-    StaleKey, TimeoutError,
-};
+pub use error::{Full, StaleKey};
+pub use handle::Key;
+pub use wheel::{DrainExpired, Expired, Wheel};
+cfg_engine! {
+    pub use callback::Callback;
+    pub use error::{
+        AdvanceError, BuildError, PeriodicError, ScheduleError, SleepError, StaleHandle,
+        TimeoutError,
+    };
+    pub use handle::TimerHandle;
+    pub use periodic::{Period, Periodic};
+    pub use sleep::{Sleep, Timeout};
+    pub use stats::{Counts, Stats};
+    pub use timer::{Builder, Timer};
+}
 
 /// The README's example, compiled and run as a doc test.
 #[doc = include_str!("../README.md")]
-#[cfg(doctest)]
+#[cfg(all(doctest, feature = "engine"))]
 pub struct ReadmeDoctests;
-pub use callback::Callback;
-pub use handle::{Key, TimerHandle};
-pub use periodic::{Period, Periodic};
-pub use sleep::{Sleep, Timeout};
-pub use stats::Stats;
-pub use timer::{Builder, Timer};
-pub use wheel::{DrainExpired, Expired, Wheel};

@@ -54,7 +54,7 @@ pub struct Args {
     pub plot: Option<PathBuf>,
 }
 
-/// The workloads of shared/WORKLOADS.md that exercise the engine, and a mixed default.
+/// The workloads of benches/README.md that exercise the engine, and a mixed default.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Scenario {
     /// 10M timers from every core, delays 1 ms to 1 s, 90 % cancelled, the rest fire.

@@ -1,6 +1,6 @@
-//! The durable workloads D1-D3 of `../shared/WORKLOADS.md`, for shardwheel-redis and, in the
-//! same run and against the same kind of server, the naive poller (ZRANGEBYSCORE due <= now
-//! LIMIT 1000, then ZREM, every 100 ms).
+//! The durable workloads D1-D3 of `benches/README.md` (at the top of the repository), for
+//! shardwheel-redis and, in the same run and against the same kind of server, the naive
+//! poller (ZRANGEBYSCORE due <= now LIMIT 1000, then ZREM, every 100 ms).
 //!
 //! Each workload gets a fresh `redis-server` (unix socket, AOF, `appendfsync always`) from
 //! the tests' fixture. Producers and workers are tasks in this process on a 2-thread tokio

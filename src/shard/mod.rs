@@ -33,7 +33,7 @@ use crate::slots::{
     self, CANCELLED, FIRING, FLAGS, Freed, PENDING, Pin, QUEUED, RESETTING, STAGED, Slot, Slots,
 };
 use crate::stage::Stage;
-use crate::stats::ShardStats;
+use crate::stats::{Counts, ShardStats};
 use crate::sync::{self, AtomicBool, AtomicU64, Ordering};
 use crate::wakeup::Wakeup;
 use crossbeam_utils::CachePadded;
@@ -227,12 +227,24 @@ impl<T> Shard<T> {
     /// A copy of the shard's counts and histograms.
     pub(crate) fn stats(&self) -> ShardStats {
         let mut stats = self.reaper_stats().clone();
-        stats.reset = self.counts.resets.load(Ordering::Relaxed);
-        (stats.scheduled, stats.cancelled) = self.scheduled_and_cancelled();
-        stats.pending = self.pending();
-        stats.panicked = self.panicked();
-        stats.slots = u64::from(self.slots.claimed());
+        self.count_producers(&mut stats.counts);
         stats
+    }
+
+    /// A copy of the shard's counts alone.
+    pub(crate) fn counts(&self) -> Counts {
+        let mut counts = self.reaper_stats().counts;
+        self.count_producers(&mut counts);
+        counts
+    }
+
+    /// Fills in what the producers count rather than the reaper.
+    fn count_producers(&self, counts: &mut Counts) {
+        counts.reset = self.counts.resets.load(Ordering::Relaxed);
+        (counts.scheduled, counts.cancelled) = self.scheduled_and_cancelled();
+        counts.pending = self.pending();
+        counts.panicked = self.panicked();
+        counts.slots = u64::from(self.slots.claimed());
     }
 
     fn reaper_stats(&self) -> MutexGuard<'_, ShardStats> {

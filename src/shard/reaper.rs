@@ -371,6 +371,7 @@ impl<T> Shard<T> {
     pub(super) fn contain(&self, user_code: impl FnOnce()) {
         if let Err(panic) = catch_unwind(AssertUnwindSafe(user_code)) {
             self.panicked.fetch_add(1, Ordering::Relaxed);
+            crate::observe::callback_panicked(&*panic);
             let _ = catch_unwind(AssertUnwindSafe(|| drop(panic)));
         }
     }
