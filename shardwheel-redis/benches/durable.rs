@@ -170,6 +170,41 @@ async fn server_note(url: &str, what: &str) {
     }
 }
 
+/// CPU seconds (user + system) used so far by this process and by the server: where a
+/// phase's time went.
+async fn cpu_seconds(url: &str) -> (f64, f64) {
+    // Fields 14 and 15 of /proc/self/stat: user and system time in clock ticks (100 a second).
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or("", |(_, rest)| rest)
+        .split_whitespace()
+        .collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    let own = (ticks(11) + ticks(12)) / 100.0;
+    let mut conn = raw_conn(url).await;
+    let info: String = redis::cmd("INFO")
+        .arg("cpu")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let server: f64 = info
+        .lines()
+        .filter_map(|line| {
+            let value = line
+                .strip_prefix("used_cpu_sys:")
+                .or_else(|| line.strip_prefix("used_cpu_user:"))?;
+            value.trim().parse::<f64>().ok()
+        })
+        .sum();
+    (own, server)
+}
+
 async fn used_memory(conn: &mut redis::aio::MultiplexedConnection) -> i64 {
     let info: String = redis::cmd("INFO")
         .arg("memory")
@@ -381,7 +416,15 @@ async fn d1(scale: f64) {
         let server = support::Server::start();
         let tally = Tally::new(n);
         let workers = start_workers(&server, "d1", &tally).await;
+        let cpu_before = cpu_seconds(&server.url()).await;
         let schedule_s = produce_shardwheel(&server, "d1", &delays, None).await;
+        let cpu_after = cpu_seconds(&server.url()).await;
+        println!(
+            "note D1 shardwheel-redis: while scheduling ({schedule_s:.1} s, load {}), this process used {:.1} CPU s and redis-server {:.1}",
+            loadavg(),
+            cpu_after.0 - cpu_before.0,
+            cpu_after.1 - cpu_before.1
+        );
         tally
             .quiet_from
             .store(unix_us(SystemTime::now()), Ordering::Relaxed);
@@ -489,14 +532,19 @@ async fn d3(scale: f64) {
         // The queue's meta key and connections exist before the first reading.
         let _ = Queue::connect(&server.url(), "d3").await.unwrap();
         let before = used_memory(&mut conn).await;
+        let cpu_before = cpu_seconds(&server.url()).await;
         let schedule_s = if name == "shardwheel-redis" {
             produce_shardwheel(&server, "d3", &delays, None).await
         } else {
             produce_naive(&server, "d3", &delays, None).await
         };
+        let cpu_after = cpu_seconds(&server.url()).await;
         println!(
-            "note D3 {name}: scheduled at {:.0} per second with nothing else running",
-            n as f64 / schedule_s
+            "note D3 {name}: scheduled at {:.0} per second with nothing else running (load {}); CPU per job: this process {:.2} us, redis-server {:.2} us",
+            n as f64 / schedule_s,
+            loadavg(),
+            (cpu_after.0 - cpu_before.0) * 1e6 / n as f64,
+            (cpu_after.1 - cpu_before.1) * 1e6 / n as f64,
         );
         let after = used_memory(&mut conn).await;
         println!(

@@ -18,7 +18,7 @@ use redis::cluster::ClusterClient;
 use crate::conn::Conn;
 use crate::error::Error;
 use crate::job::{Cancelled, Counts, JobState, Rescheduled, When};
-use crate::keys::{ShardKeys, shard_of};
+use crate::keys::{ShardKeys, bucket_of, shard_of};
 use crate::scripts::SCRIPTS;
 
 /// The longest job id, in bytes.
@@ -338,8 +338,8 @@ impl Queue {
     }
 
     /// Schedules many jobs: the fast path. Returns, in order, whether each was stored (false:
-    /// its id already existed, or appeared earlier in `jobs`). Jobs are grouped by shard and
-    /// sent up to 512 per script call, the shards' calls concurrently.
+    /// its id already existed, or appeared earlier in `jobs`). Jobs are grouped by shard,
+    /// sorted by due time and sent up to 512 per script call, the shards' calls concurrently.
     ///
     /// ```no_run
     /// # async fn run(queue: shardwheel_redis::Queue) -> Result<(), shardwheel_redis::Error> {
@@ -358,15 +358,25 @@ impl Queue {
         &self,
         jobs: impl IntoIterator<Item = (&'a str, When, &'a [u8])>,
     ) -> Result<Vec<bool>, Error> {
-        // (shard, mode) -> indices; mode 0 delay, 1 absolute.
+        // (shard, mode) -> indices; mode 0 delay, 1 absolute. Only an id's first occurrence
+        // is sent (a repeat is answered false here), so sorting cannot change which wins.
         let mut groups: Vec<Vec<usize>> = vec![Vec::new(); self.inner.shards as usize * 2];
         let mut encoded = Vec::new();
+        let mut seen = std::collections::HashSet::new();
         for (index, (id, when, payload)) in jobs.into_iter().enumerate() {
             check_id(id)?;
             let (mode, ms) = when.encode();
-            let group = self.shard(id) as usize * 2 + usize::from(mode == "a");
-            groups[group].push(index);
             encoded.push((id, ms, payload));
+            if seen.insert(id) {
+                let group = self.shard(id) as usize * 2 + usize::from(mode == "a");
+                groups[group].push(index);
+            }
+        }
+        let (shards, buckets) = (self.inner.shards, self.inner.buckets);
+        // In time order, each insertion into the due set starts where the last one went, a
+        // path still in the server's cache.
+        for indices in &mut groups {
+            indices.sort_by_key(|&index| encoded[index].1);
         }
         let mut calls = Vec::new();
         for (group, indices) in groups.iter().enumerate() {
@@ -377,12 +387,11 @@ impl Queue {
                 invocation
                     .key(&keys.due)
                     .arg(&keys.payload_prefix)
-                    .arg(self.inner.shards)
-                    .arg(self.inner.buckets)
                     .arg(mode);
                 for &index in chunk {
                     let (id, ms, payload) = encoded[index];
-                    invocation.arg(id).arg(ms).arg(payload);
+                    let bucket = bucket_of(id.as_bytes(), shards, buckets);
+                    invocation.arg(id).arg(ms).arg(bucket).arg(payload);
                 }
                 let mut conn = self.conn.clone();
                 calls.push(async move {

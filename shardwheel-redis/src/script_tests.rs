@@ -85,7 +85,10 @@ async fn schedule_stores_once_in_the_bucket_rust_computes_and_due_by_server_time
     support::schedule_new(&queue, jobs).await;
     let after = support::server_ms(&mut conn);
     for id in &ids {
-        // The Lua bucket function agrees with Rust's hash: the payload is where Rust says.
+        // The payload is where Rust's hash says (the client names the hash to schedule),
+        // and bucket.lua, which the other scripts use, finds it there (status).
+        let found = queue.status(id).await.unwrap().map(|(_, payload)| payload);
+        assert_eq!(found.as_deref(), Some(id.as_bytes()), "status of {id}");
         let h = hash(id.as_bytes());
         let keys = ShardKeys::new("s", h % 4);
         let bucket = format!("{}{}", keys.payload_prefix, (h / 4) % 8);
@@ -119,16 +122,23 @@ async fn schedule_stores_once_in_the_bucket_rust_computes_and_due_by_server_time
     let (state, payload) = queue.status("job-7").await.unwrap().unwrap();
     assert_eq!(payload, b"job-7");
     assert!(matches!(state, JobState::Pending { attempts: 0, .. }));
-    // A duplicate inside one batch: only the first is stored.
+    // A duplicate inside one batch: only the first is stored, even when a later one is due
+    // sooner (the batch is sent sorted by due time).
     let stored = queue
         .schedule_many([
-            ("dup", When::After(Duration::ZERO), &b"1"[..]),
+            ("dup", When::After(Duration::from_secs(60)), &b"1"[..]),
             ("dup", When::After(Duration::ZERO), &b"2"[..]),
+            ("dup", When::After(Duration::from_secs(1)), &b"3"[..]),
         ])
         .await
         .unwrap();
-    assert_eq!(stored, vec![true, false]);
-    assert_eq!(queue.status("dup").await.unwrap().unwrap().1, b"1");
+    assert_eq!(stored, vec![true, false, false]);
+    let (state, payload) = queue.status("dup").await.unwrap().unwrap();
+    assert_eq!(payload, b"1");
+    let JobState::Pending { due, .. } = state else {
+        panic!("dup is {state:?}");
+    };
+    assert!(due > queue.server_time().await.unwrap() + Duration::from_secs(30));
 }
 
 #[tokio::test]
