@@ -27,6 +27,10 @@
 //! # Ok(()) }
 //! ```
 //!
+//! A handler that runs longer than its lease keeps the job: while it runs, the worker
+//! extends the lease (fenced by the claim's token) every third of it, for up to
+//! [`WorkerBuilder::extend_for`].
+//!
 //! # Implementation
 //!
 //! Each atomic step is one Lua script (`src/lua/`) that reads the server's `TIME`; the keys
@@ -34,7 +38,7 @@
 //! sorted set (id by due time), a `lease` sorted set (id by lease expiry) with a fencing
 //! token per claim, a `dead` sorted set, and the payloads spread over small hashes. Modules:
 //! `keys` (layout and id hash), `scripts`, `queue` (the producer API), `job` (its values), `worker` (the handler's
-//! side), `claim`, `clock` (bounds on the server's clock), `settle`, `stats`, `error`, `conn`.
+//! side), `claim`, `clock` (bounds on the server's clock), `lease` (extension while a handler runs), `settle`, `stats`, `error`, `conn`.
 
 mod claim;
 mod clock;
@@ -42,6 +46,7 @@ mod conn;
 mod error;
 mod job;
 mod keys;
+mod lease;
 mod queue;
 #[cfg(test)]
 mod script_tests;

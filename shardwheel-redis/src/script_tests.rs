@@ -189,6 +189,52 @@ async fn claim_takes_a_bounded_batch_within_the_window_with_fresh_tokens() {
     ));
 }
 
+fn lease_until(state: JobState) -> std::time::SystemTime {
+    match state {
+        JobState::Claimed { lease_until, .. } => lease_until,
+        other => panic!("not claimed: {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn extend_is_fenced_by_the_token_and_never_revives_a_lease() {
+    let server = support::Server::start();
+    let queue = queue(&server, "x").await;
+    queue.schedule("e", Duration::ZERO, b"x").await.unwrap();
+    let se = shard(&queue, "e");
+    let (_, jobs, _) = claim(&queue, se, 0, 1_000, 10, 5).await;
+    let token = jobs.iter().find(|j| j.0 == "e").unwrap().2;
+    let first = lease_until(queue.status("e").await.unwrap().unwrap().0);
+    let extend =
+        |token, lease| crate::lease::extend(&queue, se, "e", token, Duration::from_secs(lease));
+    // Another token is refused and leaves the lease as it was.
+    assert!(!extend(token + 1, 60).await.unwrap());
+    assert_eq!(
+        lease_until(queue.status("e").await.unwrap().unwrap().0),
+        first
+    );
+    // The live token moves the expiry to a minute past the server's clock.
+    let before = queue.server_time().await.unwrap();
+    assert!(extend(token, 60).await.unwrap());
+    let extended = lease_until(queue.status("e").await.unwrap().unwrap().0);
+    // (The script counts whole milliseconds.)
+    assert!(
+        extended + Duration::from_millis(1) > before + Duration::from_secs(60),
+        "{extended:?}"
+    );
+    // A shorter extension never shortens it.
+    assert!(extend(token, 1).await.unwrap());
+    assert_eq!(
+        lease_until(queue.status("e").await.unwrap().unwrap().0),
+        extended
+    );
+    // Once acked (or cancelled, reaped), the token extends nothing and revives nothing.
+    assert_eq!(settle(&queue, se, 5, &[("e", token, "a")]).await, vec![1]);
+    assert!(!extend(token, 60).await.unwrap());
+    assert_eq!(queue.status("e").await.unwrap(), None);
+    assert_eq!(queue.counts().await.unwrap().claimed, 0);
+}
+
 #[tokio::test]
 async fn settle_is_fenced_by_the_token_and_retries_then_dead_letters() {
     let server = support::Server::start();

@@ -20,6 +20,7 @@ pub(crate) struct Scripts {
     pub cancel: Script,
     pub reschedule: Script,
     pub status: Script,
+    pub extend: Script,
 }
 
 fn with_bucket(source: &str) -> Script {
@@ -34,4 +35,5 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     cancel: with_bucket(include_str!("lua/cancel.lua")),
     reschedule: with_bucket(include_str!("lua/reschedule.lua")),
     status: with_bucket(include_str!("lua/status.lua")),
+    extend: Script::new(include_str!("lua/extend.lua")),
 });

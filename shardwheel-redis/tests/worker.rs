@@ -1,9 +1,11 @@
 //! The worker in this process against a real server: delivery once and never early,
-//! graceful stop, retries and the dead-letter set, cancel racing claims, duplicate ids.
+//! graceful stop, retries and the dead-letter set, cancel racing claims, duplicate ids,
+//! lease extension for long handlers.
 
 mod support;
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -272,4 +274,76 @@ async fn duplicate_ids_from_racing_producers_run_once_with_the_first_payload() {
     for (id, runs) in payloads.iter() {
         assert_eq!(runs, &vec![expected[id].clone()], "{id}");
     }
+}
+
+/// A handler that records each attempt and takes `run` on the first, no time on others.
+fn slow_first(
+    record: Seen,
+    run: Duration,
+) -> impl Fn(Job) -> std::pin::Pin<Box<dyn Future<Output = Result<(), ()>> + Send>> + Send + Sync {
+    move |job: Job| {
+        record
+            .lock()
+            .unwrap()
+            .entry(job.id)
+            .or_default()
+            .push(job.attempt);
+        let run = if job.attempt == 1 {
+            run
+        } else {
+            Duration::ZERO
+        };
+        Box::pin(async move {
+            tokio::time::sleep(run).await;
+            Ok(())
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_running_past_its_lease_keeps_it_and_runs_once() {
+    let server = support::Server::start();
+    let queue = Queue::connect(&server.url(), "long").await.unwrap();
+    queue.schedule("long", Duration::ZERO, b"").await.unwrap();
+    let seen: Seen = Arc::default();
+    // A 1 s lease, a 3 s handler; the worker's own claims would take an expired lease back.
+    let worker = Worker::builder()
+        .lease(Duration::from_secs(1))
+        .poll(Duration::from_millis(50))
+        .start(
+            queue.clone(),
+            slow_first(Arc::clone(&seen), Duration::from_secs(3)),
+        )
+        .unwrap();
+    support::until("the job acked", async || empty(&queue).await).await;
+    let stats = worker.stop().await;
+    let runs = seen.lock().unwrap()["long"].clone();
+    assert_eq!(runs, vec![1], "ran again");
+    assert_eq!((stats.acked, stats.refused, stats.reaped), (1, 0, 0));
+    assert!(stats.extended >= 2, "{stats}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_extension_a_handler_past_its_lease_loses_the_job() {
+    let server = support::Server::start();
+    let queue = Queue::connect(&server.url(), "short").await.unwrap();
+    queue.schedule("short", Duration::ZERO, b"").await.unwrap();
+    let seen: Seen = Arc::default();
+    let worker = Worker::builder()
+        .lease(Duration::from_secs(1))
+        .poll(Duration::from_millis(50))
+        .extend_for(Duration::ZERO)
+        .start(
+            queue.clone(),
+            slow_first(Arc::clone(&seen), Duration::from_secs(3)),
+        )
+        .unwrap();
+    support::until("the job acked", async || empty(&queue).await).await;
+    let stats = worker.stop().await;
+    // The lease ended under the first run: the job was taken back and ran again (at once),
+    // and the first run's ack was refused.
+    let runs = seen.lock().unwrap()["short"].clone();
+    assert_eq!(runs, vec![1, 2]);
+    assert_eq!((stats.acked, stats.refused, stats.extended), (1, 1, 0));
+    assert!(stats.reaped >= 1, "{stats}");
 }
