@@ -31,19 +31,26 @@
 //! extends the lease (fenced by the claim's token) every third of it, for up to
 //! [`WorkerBuilder::extend_for`].
 //!
+//! A job scheduled less than a second ahead also publishes a wake-up hint that starts the
+//! workers' next claim at once; it is only a hint: when it is lost, the job is claimed by
+//! the next poll ([`WorkerBuilder::poll`]).
+//!
 //! # Implementation
 //!
 //! Each atomic step is one Lua script (`src/lua/`) that reads the server's `TIME`; the keys
 //! of a shard share a hash tag so a script touches one cluster slot. Per shard: a `due`
 //! sorted set (id by due time), a `lease` sorted set (id by lease expiry) with a fencing
 //! token per claim, a `dead` sorted set, and the payloads spread over small hashes. Modules:
-//! `keys` (layout and id hash), `scripts`, `queue` (the producer API), `job` (its values), `worker` (the handler's
-//! side), `claim`, `clock` (bounds on the server's clock), `lease` (extension while a handler runs), `settle`, `stats`, `error`, `conn`.
+//! `keys` (layout and id hash), `scripts`, `queue` (the producer API), `job` (its values),
+//! `worker` (the handler's side), `claim`, `clock` (bounds on the server's clock), `lease`
+//! (extension while a handler runs), `hint` (wake-up hints), `settle`, `stats`, `error`,
+//! `conn`.
 
 mod claim;
 mod clock;
 mod conn;
 mod error;
+mod hint;
 mod job;
 mod keys;
 mod lease;

@@ -20,6 +20,7 @@ use crate::error::Error;
 use crate::job::{Cancelled, Counts, JobState, Rescheduled, When};
 use crate::keys::{ShardKeys, bucket_of, shard_of};
 use crate::scripts::SCRIPTS;
+use crate::worker::ms;
 
 /// The longest job id, in bytes.
 ///
@@ -30,6 +31,11 @@ pub const MAX_ID_LEN: usize = 512;
 /// Jobs per script call in [`Queue::schedule_many`] and the worker's settles: bounds the time
 /// one call holds the server.
 pub(crate) const BATCH: usize = 512;
+
+/// A schedule call that stores a job due within this publishes a wake-up hint: workers,
+/// which otherwise claim every `poll` (100 ms by default), claim at once. Jobs due later are
+/// claimed by polls well ahead of their time anyway.
+const HINT_WITHIN: Duration = Duration::from_secs(1);
 
 /// Options of a queue handle; [`Queue::builder`] starts one.
 ///
@@ -126,7 +132,7 @@ impl QueueBuilder {
             .set_response_timeout(Some(self.response_timeout))
             .set_connection_timeout(Some(self.response_timeout));
         let conn = client.get_connection_manager_with_config(config).await?;
-        self.finish(Conn::Single(conn)).await
+        self.finish(Conn::Single(conn), client).await
     }
 
     /// Connects to a Redis Cluster through any of its nodes (`redis://host:port` each).
@@ -148,11 +154,14 @@ impl QueueBuilder {
             .connection_timeout(self.response_timeout)
             .build()?;
         let conn = client.get_async_connection().await?;
-        self.finish(Conn::Cluster(conn)).await
+        // A cluster carries PUBLISH to every node: any node serves the wake-up hints.
+        let hints = redis::Client::open(nodes.first().copied().unwrap_or_default())?;
+        self.finish(Conn::Cluster(conn), hints).await
     }
 
-    /// Records the layout in `{name}:meta` if the queue is new, or checks it.
-    async fn finish(self, mut conn: Conn) -> Result<Queue, Error> {
+    /// Records the layout in `{name}:meta` if the queue is new, or checks it; `hints` is
+    /// the server that workers subscribe to for wake-up hints.
+    async fn finish(self, mut conn: Conn, hints: redis::Client) -> Result<Queue, Error> {
         let meta = format!("{{{}}}:meta", self.name);
         let (shards, buckets): (Option<u32>, Option<u32>) = redis::pipe()
             .hset_nx(&meta, "shards", self.shards)
@@ -176,6 +185,8 @@ impl QueueBuilder {
         Ok(Queue {
             conn,
             inner: Arc::new(Inner {
+                channel: format!("{{{}}}:wake", self.name),
+                hints,
                 name: self.name,
                 shards: self.shards,
                 buckets: self.buckets,
@@ -187,6 +198,9 @@ impl QueueBuilder {
 
 struct Inner {
     name: String,
+    /// The wake-up hint channel (`{name}:wake`) and the server to subscribe to it on.
+    channel: String,
+    hints: redis::Client,
     shards: u32,
     buckets: u32,
     keys: Vec<ShardKeys>,
@@ -307,6 +321,11 @@ impl Queue {
         self.inner.buckets
     }
 
+    /// The wake-up hint channel and the server that carries it.
+    pub(crate) fn hints(&self) -> (&str, &redis::Client) {
+        (&self.inner.channel, &self.inner.hints)
+    }
+
     fn shard(&self, id: &str) -> u32 {
         shard_of(id.as_bytes(), self.inner.shards)
     }
@@ -373,6 +392,7 @@ impl Queue {
             }
         }
         let (shards, buckets) = (self.inner.shards, self.inner.buckets);
+        let hint_ms = ms(HINT_WITHIN);
         // In time order, each insertion into the due set starts where the last one went, a
         // path still in the server's cache.
         for indices in &mut groups {
@@ -387,7 +407,9 @@ impl Queue {
                 invocation
                     .key(&keys.due)
                     .arg(&keys.payload_prefix)
-                    .arg(mode);
+                    .arg(mode)
+                    .arg(&self.inner.channel)
+                    .arg(hint_ms);
                 for &index in chunk {
                     let (id, ms, payload) = encoded[index];
                     let bucket = bucket_of(id.as_bytes(), shards, buckets);

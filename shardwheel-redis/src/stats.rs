@@ -50,6 +50,9 @@ pub struct Stats {
     /// Lease extensions made for handlers still running (see
     /// [`WorkerBuilder::extend_for`](crate::WorkerBuilder::extend_for)).
     pub extended: u64,
+    /// Wake-up hints heard (a job due within a second was scheduled): each starts a claim
+    /// round before the next poll.
+    pub woken: u64,
     /// Redis calls that failed (each is retried later or left to the lease).
     pub errors: u64,
     /// Jobs held in the local timer, waiting for their due time.
@@ -78,7 +81,7 @@ impl fmt::Display for Stats {
         write!(
             f,
             "claimed={} delivered={} acked={} refused={} retried={} dead_lettered={} \
-             released={} reaped={} early={} extended={} errors={} held={} late_p50={:?} \
+             released={} reaped={} early={} extended={} woken={} errors={} held={} late_p50={:?} \
              late_p99={:?} late_max={:?}",
             self.claimed,
             self.delivered,
@@ -90,6 +93,7 @@ impl fmt::Display for Stats {
             self.reaped,
             self.early,
             self.extended,
+            self.woken,
             self.errors,
             self.held,
             self.lateness(0.5),
@@ -119,6 +123,7 @@ pub(crate) struct Counters {
     pub reaped: AtomicU64,
     pub early: AtomicU64,
     pub extended: AtomicU64,
+    pub woken: AtomicU64,
     pub errors: AtomicU64,
     pub held: AtomicU64,
     lateness: Mutex<Option<Histogram<u64>>>,
@@ -161,6 +166,7 @@ impl Counters {
             reaped: get(&self.reaped),
             early: get(&self.early),
             extended: get(&self.extended),
+            woken: get(&self.woken),
             errors: get(&self.errors),
             held: get(&self.held),
             lateness,

@@ -1,14 +1,15 @@
 //! The worker: claims the next few seconds of jobs into a local shardwheel `Timer`, runs each
 //! at its due time, settles it in Redis.
 //!
-//! Three tasks and the timer's reaper thread:
+//! Four tasks and the timer's reaper thread:
 //! - the **claimer** runs `claim.lua` on every shard at once: it takes back expired leases,
 //!   then leases up to `batch` jobs due within `window` to this worker. Each reply carries
 //!   the server's `TIME`, which tightens the worker's bounds on the server's clock (`clock`:
 //!   the fastest round trip seen wins); each job's due time becomes the first local
 //!   `Instant` at which the server's clock has certainly reached it, and goes into the
 //!   `Timer`. A shard that gave a full batch is asked again at once; after a round with none
-//!   full the claimer sleeps `poll`.
+//!   full the claimer sleeps `poll`, or until a wake-up hint (`hint`) says a job due soon
+//!   was scheduled.
 //! - the timer's reaper fires each job at its instant into a channel; the **dispatcher**
 //!   records lateness and runs the handler: polled once in place (a handler done at once
 //!   costs no task), spawned otherwise (at most `concurrency` at once), its lease extended
@@ -38,6 +39,7 @@ use tokio::task::JoinHandle;
 use crate::claim::{Claimed, claim_loop};
 use crate::clock::ServerClock;
 use crate::error::Error;
+use crate::hint::hint_loop;
 use crate::lease::keep_lease;
 use crate::queue::Queue;
 use crate::settle::{Action, Settle, settle_loop};
@@ -296,6 +298,7 @@ impl WorkerBuilder {
             config: self,
             counters: Counters::default(),
             stop: Notify::new(),
+            wake: Notify::new(),
             stopping: std::sync::atomic::AtomicBool::new(false),
         });
         let timer = Arc::new(timer);
@@ -315,6 +318,7 @@ impl WorkerBuilder {
             concurrency,
         ));
         let settler = runtime.spawn(settle_loop(Arc::clone(&shared), settle_rx));
+        let hints = runtime.spawn(hint_loop(Arc::clone(&shared)));
         Ok(Worker {
             shared,
             timer: Some(timer),
@@ -322,6 +326,7 @@ impl WorkerBuilder {
                 claimer,
                 dispatcher,
                 settler,
+                hints,
                 settle_tx,
                 timer_done_tx,
             }),
@@ -335,6 +340,8 @@ pub(crate) struct Shared {
     pub(crate) config: WorkerBuilder,
     pub(crate) counters: Counters,
     pub(crate) stop: Notify,
+    /// A wake-up hint was heard: the claimer starts a round now.
+    pub(crate) wake: Notify,
     pub(crate) stopping: std::sync::atomic::AtomicBool,
 }
 
@@ -349,6 +356,7 @@ struct Tasks {
     claimer: JoinHandle<()>,
     dispatcher: JoinHandle<()>,
     settler: JoinHandle<()>,
+    hints: JoinHandle<()>,
     settle_tx: mpsc::UnboundedSender<Settle>,
     timer_done_tx: oneshot::Sender<()>,
 }
@@ -432,6 +440,7 @@ impl Worker {
         let Some(tasks) = self.tasks.take() else {
             return;
         };
+        tasks.hints.abort();
         self.shared
             .stopping
             .store(true, std::sync::atomic::Ordering::Relaxed);
@@ -462,6 +471,7 @@ impl Worker {
 impl Drop for Worker {
     fn drop(&mut self) {
         if let Some(tasks) = self.tasks.take() {
+            tasks.hints.abort();
             self.shared
                 .stopping
                 .store(true, std::sync::atomic::Ordering::Relaxed);

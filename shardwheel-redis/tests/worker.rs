@@ -1,6 +1,6 @@
 //! The worker in this process against a real server: delivery once and never early,
 //! graceful stop, retries and the dead-letter set, cancel racing claims, duplicate ids,
-//! lease extension for long handlers.
+//! lease extension for long handlers, wake-up hints and their loss.
 
 mod support;
 
@@ -346,4 +346,77 @@ async fn without_extension_a_handler_past_its_lease_loses_the_job() {
     assert_eq!(runs, vec![1, 2]);
     assert_eq!((stats.acked, stats.refused, stats.extended), (1, 1, 0));
     assert!(stats.reaped >= 1, "{stats}");
+}
+
+/// Subscribers of the queue's wake-up channel, and claim script calls so far.
+fn subscribers_and_calls(conn: &mut redis::Connection, queue: &str) -> (i64, i64) {
+    let (_, subscribers): (String, i64) = redis::cmd("PUBSUB")
+        .arg("NUMSUB")
+        .arg(format!("{{{queue}}}:wake"))
+        .query(conn)
+        .unwrap();
+    let stats: String = redis::cmd("INFO").arg("commandstats").query(conn).unwrap();
+    let calls = stats
+        .lines()
+        .find_map(|line| line.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |calls| calls.parse().unwrap());
+    (subscribers, calls)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wake_up_hint_claims_a_job_due_now_long_before_the_next_poll() {
+    let server = support::Server::start();
+    let mut conn = server.sync_conn();
+    let queue = Queue::connect(&server.url(), "hint").await.unwrap();
+    let (seen, handler) = recording();
+    // Polls an hour apart: only the hint can bring the job within the test's patience.
+    let worker = Worker::builder()
+        .poll(Duration::from_secs(3600))
+        .start(queue.clone(), handler)
+        .unwrap();
+    // Subscribed, and the first round (one claim call per shard) done: the claimer sleeps.
+    support::until("subscribed after a round", async || {
+        let (subscribers, calls) = subscribers_and_calls(&mut conn, "hint");
+        subscribers == 1 && calls >= i64::from(queue.shards())
+    })
+    .await;
+    queue.schedule("now", Duration::ZERO, b"").await.unwrap();
+    support::until("the job acked", async || empty(&queue).await).await;
+    let stats = worker.stop().await;
+    assert_eq!(seen.lock().unwrap().len(), 1);
+    assert_eq!((stats.acked, stats.woken), (1, 1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_is_still_delivered_when_the_hint_subscription_is_lost() {
+    let server = support::Server::start();
+    let mut conn = server.sync_conn();
+    let queue = Queue::connect(&server.url(), "nohint").await.unwrap();
+    let (seen, handler) = recording();
+    let worker = Worker::builder()
+        .poll(Duration::from_millis(200))
+        .start(queue.clone(), handler)
+        .unwrap();
+    support::until("subscribed", async || {
+        subscribers_and_calls(&mut conn, "nohint").0 == 1
+    })
+    .await;
+    // Channels forbidden: the server drops the subscription, refuses a new one and the
+    // schedule script's PUBLISH.
+    redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("default")
+        .arg("resetchannels")
+        .query::<()>(&mut conn)
+        .unwrap();
+    support::until("unsubscribed", async || {
+        subscribers_and_calls(&mut conn, "nohint").0 == 0
+    })
+    .await;
+    assert!(queue.schedule("now", Duration::ZERO, b"").await.unwrap());
+    support::until("the job acked", async || empty(&queue).await).await;
+    let stats = worker.stop().await;
+    assert_eq!(seen.lock().unwrap().len(), 1);
+    assert_eq!((stats.acked, stats.woken), (1, 0));
 }
