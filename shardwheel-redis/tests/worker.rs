@@ -5,7 +5,6 @@
 mod support;
 
 use std::collections::HashMap;
-use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -21,14 +20,18 @@ fn recording() -> (
     let seen: Seen = Arc::default();
     let record = Arc::clone(&seen);
     (seen, move |job: Job| {
-        record
-            .lock()
-            .unwrap()
-            .entry(job.id)
-            .or_default()
-            .push(job.attempt);
+        note(&record, job);
         std::future::ready(Ok(()))
     })
+}
+
+/// Records a run of `job`.
+fn note(seen: &Seen, job: Job) {
+    seen.lock()
+        .unwrap()
+        .entry(job.id)
+        .or_default()
+        .push(job.attempt);
 }
 
 async fn empty(queue: &Queue) -> bool {
@@ -276,48 +279,38 @@ async fn duplicate_ids_from_racing_producers_run_once_with_the_first_payload() {
     }
 }
 
-/// A handler that records each attempt and takes `run` on the first, no time on others.
-fn slow_first(
-    record: Seen,
-    run: Duration,
-) -> impl Fn(Job) -> std::pin::Pin<Box<dyn Future<Output = Result<(), ()>> + Send>> + Send + Sync {
-    move |job: Job| {
-        record
-            .lock()
-            .unwrap()
-            .entry(job.id)
-            .or_default()
-            .push(job.attempt);
-        let run = if job.attempt == 1 {
-            run
-        } else {
-            Duration::ZERO
-        };
-        Box::pin(async move {
-            tokio::time::sleep(run).await;
-            Ok(())
-        })
-    }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_handler_running_past_its_lease_keeps_it_and_runs_once() {
+/// A job due now whose first run takes 3 s, under a 1 s lease that the worker's own claims
+/// (every 50 ms) would take back once expired, with leases extended for `extend_for`:
+/// the attempts it ran and the worker's statistics.
+async fn run_past_the_lease(extend_for: Duration) -> (Vec<u32>, shardwheel_redis::Stats) {
     let server = support::Server::start();
     let queue = Queue::connect(&server.url(), "long").await.unwrap();
     queue.schedule("long", Duration::ZERO, b"").await.unwrap();
     let seen: Seen = Arc::default();
-    // A 1 s lease, a 3 s handler; the worker's own claims would take an expired lease back.
+    let record = Arc::clone(&seen);
+    let handler = move |job: Job| {
+        let run = Duration::from_secs(if job.attempt == 1 { 3 } else { 0 });
+        note(&record, job);
+        async move {
+            tokio::time::sleep(run).await;
+            Ok::<(), ()>(())
+        }
+    };
     let worker = Worker::builder()
         .lease(Duration::from_secs(1))
         .poll(Duration::from_millis(50))
-        .start(
-            queue.clone(),
-            slow_first(Arc::clone(&seen), Duration::from_secs(3)),
-        )
+        .extend_for(extend_for)
+        .start(queue.clone(), handler)
         .unwrap();
     support::until("the job acked", async || empty(&queue).await).await;
     let stats = worker.stop().await;
     let runs = seen.lock().unwrap()["long"].clone();
+    (runs, stats)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_running_past_its_lease_keeps_it_and_runs_once() {
+    let (runs, stats) = run_past_the_lease(Duration::from_secs(3600)).await;
     assert_eq!(runs, vec![1], "ran again");
     assert_eq!((stats.acked, stats.refused, stats.reaped), (1, 0, 0));
     assert!(stats.extended >= 2, "{stats}");
@@ -325,24 +318,9 @@ async fn a_handler_running_past_its_lease_keeps_it_and_runs_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_extension_a_handler_past_its_lease_loses_the_job() {
-    let server = support::Server::start();
-    let queue = Queue::connect(&server.url(), "short").await.unwrap();
-    queue.schedule("short", Duration::ZERO, b"").await.unwrap();
-    let seen: Seen = Arc::default();
-    let worker = Worker::builder()
-        .lease(Duration::from_secs(1))
-        .poll(Duration::from_millis(50))
-        .extend_for(Duration::ZERO)
-        .start(
-            queue.clone(),
-            slow_first(Arc::clone(&seen), Duration::from_secs(3)),
-        )
-        .unwrap();
-    support::until("the job acked", async || empty(&queue).await).await;
-    let stats = worker.stop().await;
+    let (runs, stats) = run_past_the_lease(Duration::ZERO).await;
     // The lease ended under the first run: the job was taken back and ran again (at once),
     // and the first run's ack was refused.
-    let runs = seen.lock().unwrap()["short"].clone();
     assert_eq!(runs, vec![1, 2]);
     assert_eq!((stats.acked, stats.refused, stats.extended), (1, 1, 0));
     assert!(stats.reaped >= 1, "{stats}");
@@ -364,40 +342,50 @@ fn subscribers_and_calls(conn: &mut redis::Connection, queue: &str) -> (i64, i64
     (subscribers, calls)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_wake_up_hint_claims_a_job_due_now_long_before_the_next_poll() {
+/// A server, a connection to it and a queue `name` with a recording worker polling every
+/// `poll`.
+async fn hinted(
+    name: &str,
+    poll: Duration,
+) -> (support::Server, redis::Connection, Queue, Seen, Worker) {
     let server = support::Server::start();
-    let mut conn = server.sync_conn();
-    let queue = Queue::connect(&server.url(), "hint").await.unwrap();
+    let conn = server.sync_conn();
+    let queue = Queue::connect(&server.url(), name).await.unwrap();
     let (seen, handler) = recording();
-    // Polls an hour apart: only the hint can bring the job within the test's patience.
     let worker = Worker::builder()
-        .poll(Duration::from_secs(3600))
+        .poll(poll)
         .start(queue.clone(), handler)
         .unwrap();
+    (server, conn, queue, seen, worker)
+}
+
+/// Schedules a job due now, waits until it is acked, stops the worker: it ran once.
+async fn deliver_now(queue: &Queue, worker: Worker, seen: &Seen) -> shardwheel_redis::Stats {
+    assert!(queue.schedule("now", Duration::ZERO, b"").await.unwrap());
+    support::until("the job acked", async || empty(queue).await).await;
+    let stats = worker.stop().await;
+    assert_eq!(seen.lock().unwrap().len(), 1);
+    stats
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wake_up_hint_claims_a_job_due_now_long_before_the_next_poll() {
+    // Polls an hour apart: only the hint can bring the job within the test's patience.
+    let (_server, mut conn, queue, seen, worker) = hinted("hint", Duration::from_secs(3600)).await;
     // Subscribed, and the first round (one claim call per shard) done: the claimer sleeps.
     support::until("subscribed after a round", async || {
         let (subscribers, calls) = subscribers_and_calls(&mut conn, "hint");
         subscribers == 1 && calls >= i64::from(queue.shards())
     })
     .await;
-    queue.schedule("now", Duration::ZERO, b"").await.unwrap();
-    support::until("the job acked", async || empty(&queue).await).await;
-    let stats = worker.stop().await;
-    assert_eq!(seen.lock().unwrap().len(), 1);
+    let stats = deliver_now(&queue, worker, &seen).await;
     assert_eq!((stats.acked, stats.woken), (1, 1));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_is_still_delivered_when_the_hint_subscription_is_lost() {
-    let server = support::Server::start();
-    let mut conn = server.sync_conn();
-    let queue = Queue::connect(&server.url(), "nohint").await.unwrap();
-    let (seen, handler) = recording();
-    let worker = Worker::builder()
-        .poll(Duration::from_millis(200))
-        .start(queue.clone(), handler)
-        .unwrap();
+    let (_server, mut conn, queue, seen, worker) =
+        hinted("nohint", Duration::from_millis(200)).await;
     support::until("subscribed", async || {
         subscribers_and_calls(&mut conn, "nohint").0 == 1
     })
@@ -414,9 +402,6 @@ async fn a_job_is_still_delivered_when_the_hint_subscription_is_lost() {
         subscribers_and_calls(&mut conn, "nohint").0 == 0
     })
     .await;
-    assert!(queue.schedule("now", Duration::ZERO, b"").await.unwrap());
-    support::until("the job acked", async || empty(&queue).await).await;
-    let stats = worker.stop().await;
-    assert_eq!(seen.lock().unwrap().len(), 1);
+    let stats = deliver_now(&queue, worker, &seen).await;
     assert_eq!((stats.acked, stats.woken), (1, 0));
 }
