@@ -3,10 +3,12 @@
 //! Every outcome (ack, fail, release) names the job's fencing token, and the script applies
 //! it only if that token is still the job's live lease: a worker whose lease expired, or
 //! whose job was cancelled or rescheduled meanwhile, is refused and counted as such. The
-//! settler gathers outcomes for up to `LINGER` after the first (or until 16 script batches
-//! are queued), groups them by shard and sends the shards' calls concurrently, so an ack
-//! costs a small share of one script call: the fixed cost of a call (parsing, the script's
-//! setup, its `TIME` and lookups) is paid per batch, not per job. A failed call is retried once (fenced steps are safe to repeat); after
+//! settler takes whatever outcomes are queued (up to 16 script batches), groups them by
+//! shard and sends the shards' calls concurrently, so acks cost a fraction of a round trip
+//! each under load. It does not wait for more: gathering outcomes for 50 ms made the calls
+//! 20 times fewer in D1 (1,000,000 acks in about 24,000 calls instead of 458,580) but
+//! raised the p99 lateness of its jobs from about 6 ms to 27-36 ms on the 2-core machine,
+//! and did not raise its schedule rate. A failed call is retried once (fenced steps are safe to repeat); after
 //! that the lease is left to expire and the job runs again.
 
 use std::sync::Arc;
@@ -18,13 +20,6 @@ use crate::queue::BATCH;
 use crate::scripts::SCRIPTS;
 use crate::stats::Counters;
 use crate::worker::{Shared, ms};
-
-/// How long the settler gathers outcomes after the first of a batch before sending them.
-/// At D1's rate (about 17,000 outcomes a second over 16 shards) sending what was queued at
-/// once made a script call per one or two jobs, 458,580 calls for 1,000,000 acks, and those
-/// calls were most of the server's work; with 50 ms a call carries about 25. An ack
-/// reaching Redis 50 ms later only keeps the lease (30 s by default) that much longer.
-const LINGER: Duration = Duration::from_millis(50);
 
 /// What happened to a run, for `settle.lua`.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -53,26 +48,13 @@ pub(crate) async fn settle_loop(
     while let Some(first) = settle_rx.recv().await {
         pending[first.shard as usize].push(first);
         let mut taken = 1;
-        // Outcomes come one at a time as jobs come due: wait up to LINGER for more, so that
-        // each shard's call carries many of them rather than one or two.
-        let linger = tokio::time::sleep(LINGER);
-        tokio::pin!(linger);
         while taken < 16 * BATCH {
-            if let Ok(settle) = settle_rx.try_recv() {
-                pending[settle.shard as usize].push(settle);
-                taken += 1;
-                continue;
-            }
-            tokio::select! {
-                settle = settle_rx.recv() => match settle {
-                    Some(settle) => {
-                        pending[settle.shard as usize].push(settle);
-                        taken += 1;
-                    }
-                    // Closed (the worker stops): settle what is here; the outer loop ends.
-                    None => break,
-                },
-                () = &mut linger => break,
+            match settle_rx.try_recv() {
+                Ok(settle) => {
+                    pending[settle.shard as usize].push(settle);
+                    taken += 1;
+                }
+                Err(_) => break,
             }
         }
         let mut calls = Vec::new();
