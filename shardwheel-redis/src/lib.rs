@@ -101,7 +101,7 @@ mod stats;
 mod worker;
 
 pub use error::Error;
-pub use job::{Cancelled, Counts, JobState, Rescheduled, When};
-pub use queue::{MAX_ID_LEN, Queue, QueueBuilder};
+pub use job::{Cancelled, Counts, JobState, MAX_ID_LEN, Rescheduled, When};
+pub use queue::{Queue, QueueBuilder};
 pub use stats::Stats;
 pub use worker::{Job, Worker, WorkerBuilder};

@@ -17,17 +17,11 @@ use redis::cluster::ClusterClient;
 
 use crate::conn::Conn;
 use crate::error::Error;
-use crate::job::{Cancelled, Counts, JobState, Rescheduled, When};
+use crate::job::{Cancelled, Counts, JobState, Rescheduled, When, check_id, unix_ms};
 use crate::keys::{ShardKeys, bucket_of, shard_of};
 use crate::scripts::SCRIPTS;
 use crate::worker::ms;
 
-/// The longest job id, in bytes.
-///
-/// ```
-/// assert_eq!(shardwheel_redis::MAX_ID_LEN, 512);
-/// ```
-pub const MAX_ID_LEN: usize = 512;
 /// Jobs per script call in [`Queue::schedule_many`] and the worker's settles: bounds the time
 /// one call holds the server.
 pub(crate) const BATCH: usize = 512;
@@ -241,20 +235,6 @@ impl std::fmt::Debug for Queue {
             .field("buckets", &self.inner.buckets)
             .finish()
     }
-}
-
-fn check_id(id: &str) -> Result<(), Error> {
-    if id.is_empty() {
-        return Err(Error::InvalidId("an id must not be empty"));
-    }
-    if id.len() > MAX_ID_LEN {
-        return Err(Error::InvalidId("an id must be at most 512 bytes"));
-    }
-    Ok(())
-}
-
-fn unix_ms(ms: i64) -> SystemTime {
-    UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64)
 }
 
 impl Queue {
