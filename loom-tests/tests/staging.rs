@@ -12,6 +12,20 @@ use loom::thread;
 use shardwheel::loom_api::{Due, Refused};
 use support::Harness;
 
+/// Runs `other` on a thread of its own while the reaper makes a pass at 10, then, once
+/// it is done, another; returns the reaper's state.
+fn beside_passes(h: &Harness, other: impl FnOnce(Harness) + Send + 'static) -> Due {
+    let other = {
+        let h = h.clone();
+        thread::spawn(move || other(h))
+    };
+    let mut due = Due::new();
+    h.pass(&mut due, 10);
+    other.join().unwrap();
+    h.pass(&mut due, 10);
+    due
+}
+
 #[test]
 fn a_staged_timer_cancelled_from_another_thread_is_dropped_once() {
     loom::model(|| {
@@ -23,13 +37,9 @@ fn a_staged_timer_cancelled_from_another_thread_is_dropped_once() {
             thread::spawn(move || h.shard.cancel(slot, generation))
         };
         // The owner's second timer fills the stage: it hands both over.
-        let owner = {
-            let (h, stage) = (h.clone(), stage.clone());
-            thread::spawn(move || drop(h.shard.schedule_staged(&stage, 7, h.payload(2))))
-        };
-        let mut due = Due::new();
-        h.pass(&mut due, 10);
-        owner.join().unwrap();
+        let mut due = beside_passes(&h, move |h| {
+            drop(h.shard.schedule_staged(&stage, 7, h.payload(2)));
+        });
         let cancelled = canceller.join().unwrap();
         h.pass(&mut due, 10);
         assert_eq!(
@@ -51,20 +61,13 @@ fn the_reapers_collection_racing_the_owner_takes_each_timer_in_once() {
     loom::model(|| {
         let h = Harness::new();
         let stage = h.shard.register_stage().unwrap();
-        let owner = {
-            let (h, stage) = (h.clone(), stage.clone());
-            thread::spawn(move || {
-                for value in [1, 2] {
-                    h.shard
-                        .schedule_staged(&stage, 5, h.payload(value))
-                        .unwrap();
-                }
-            })
-        };
-        let mut due = Due::new();
-        h.pass(&mut due, 10);
-        owner.join().unwrap();
-        h.pass(&mut due, 10);
+        beside_passes(&h, move |h| {
+            for value in [1, 2] {
+                h.shard
+                    .schedule_staged(&stage, 5, h.payload(value))
+                    .unwrap();
+            }
+        });
         assert_eq!(h.fired(), 2, "both fired, once each");
         assert_eq!(h.fired_values.load(loom::sync::atomic::Ordering::SeqCst), 3);
         assert_eq!(h.drops(), 2);
@@ -77,14 +80,16 @@ fn a_staged_timer_reset_from_another_thread_fires_at_its_new_deadline() {
         let h = Harness::new();
         let stage = h.shard.register_stage().unwrap();
         let (slot, generation) = h.shard.schedule_staged(&stage, 100, h.payload(1)).unwrap();
-        let resetter = {
-            let h = h.clone();
-            thread::spawn(move || h.shard.reset(slot, generation, 5))
-        };
-        let mut due = Due::new();
-        h.pass(&mut due, 10);
-        assert!(resetter.join().unwrap(), "the timer was pending");
-        h.pass(&mut due, 10);
+        let reset = std::sync::Arc::new(loom::sync::atomic::AtomicBool::new(false));
+        let done = std::sync::Arc::clone(&reset);
+        beside_passes(&h, move |h| {
+            let was_pending = h.shard.reset(slot, generation, 5);
+            done.store(was_pending, loom::sync::atomic::Ordering::SeqCst);
+        });
+        assert!(
+            reset.load(loom::sync::atomic::Ordering::SeqCst),
+            "the timer was pending"
+        );
         assert_eq!(h.fired(), 1, "due at 5 since the reset");
         assert_eq!(h.drops(), 1);
     });
