@@ -94,6 +94,17 @@ impl Clock {
         tick_at(elapsed, self.tick_nanos)
     }
 
+    /// The instant of a deadline (`elapsed` nanoseconds since the start); one past what an
+    /// `Instant` can hold (centuries away) saturates to 30 years after the start, as
+    /// tokio's far future does.
+    pub(crate) fn instant_of(&self, elapsed: u64) -> Instant {
+        const FAR: Duration = Duration::from_secs(30 * 365 * 86_400);
+        self.start
+            .checked_add(Duration::from_nanos(elapsed))
+            .or_else(|| self.start.checked_add(FAR))
+            .unwrap_or(self.start)
+    }
+
     /// The deadline of `instant`; instants before the start are due at once.
     pub(crate) fn deadline_at(&self, instant: Instant) -> u64 {
         nanos(instant.saturating_duration_since(self.start))
@@ -138,6 +149,15 @@ mod tests {
             instant - engine < 1_000_000,
             "the same clock, to within a millisecond"
         );
+    }
+
+    #[test]
+    fn instants_and_deadlines_round_trip() {
+        let clock = Clock::new(Duration::from_millis(1));
+        for elapsed in [0, 1, 999_999, 5_000_000_000] {
+            assert_eq!(clock.deadline_at(clock.instant_of(elapsed)), elapsed);
+        }
+        assert!(clock.instant_of(u64::MAX) > clock.instant_of(1 << 60));
     }
 
     #[test]

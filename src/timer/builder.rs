@@ -1,7 +1,7 @@
 //! `Builder`: a timer's configuration, checked, and the start of its shards and reapers.
 //! Also what makes a timer's handles its own: an id never given twice.
 
-use super::{Driver, Manual, Timer};
+use super::{Driver, Engine, Manual, Timer};
 use crate::bound::Bound;
 use crate::callback::Callback;
 use crate::clock::Clock;
@@ -218,10 +218,10 @@ impl Builder {
                 handler: Box::new(handler),
             };
             let elapsed = Arc::new(AtomicU64::new(0));
-            return Ok(Timer {
-                scheduler: Scheduler::new(id, shards, clock, Some(elapsed)),
-                driver: Driver::Manual(Mutex::new(Some(manual))),
-            });
+            return Ok(Engine::start(
+                Scheduler::new(id, shards, clock, Some(elapsed)),
+                Driver::Manual(Mutex::new(Some(manual))),
+            ));
         }
         let cores = if self.pin_threads {
             core_affinity::get_core_ids().unwrap_or_default()
@@ -256,10 +256,10 @@ impl Builder {
                 }
             }
         }
-        let timer = Timer {
-            scheduler: Scheduler::new(id, shards, clock, None),
-            driver: Driver::Reapers(Mutex::new(reapers)),
-        };
+        let timer = Engine::start(
+            Scheduler::new(id, shards, clock, None),
+            Driver::Reapers(Mutex::new(reapers)),
+        );
         match failure {
             // Dropping `timer` stops and joins the reapers already started.
             Some(error) => Err(BuildError::Thread(error)),

@@ -21,7 +21,7 @@ use crate::shard::Shard;
 use crate::stats::Stats;
 use std::cell::Cell;
 use std::sync::atomic::Ordering;
-use std::sync::{Mutex, TryLockError};
+use std::sync::{Arc, Mutex, TryLockError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -129,8 +129,51 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// one compare-and-swap on the slot's state word. See the `shard`, `inbox` and `slots`
 /// module docs.
 pub struct Timer<T: Send + 'static = Callback> {
+    /// The engine's own, cloned here so that a schedule or cancel follows one pointer.
+    scheduler: Scheduler<T>,
+    engine: Arc<Engine<T>>,
+}
+
+/// What every clone of a timer shares: its shards and who drives them. The last clone's
+/// drop (or the last sleep's, which hold one too) shuts the engine down.
+pub(crate) struct Engine<T: Send + 'static> {
     scheduler: Scheduler<T>,
     driver: Driver<T>,
+}
+
+impl<T: Send + 'static> Engine<T> {
+    fn start(scheduler: Scheduler<T>, driver: Driver<T>) -> Timer<T> {
+        Timer {
+            scheduler: scheduler.clone(),
+            engine: Arc::new(Engine { scheduler, driver }),
+        }
+    }
+
+    pub(crate) fn scheduler(&self) -> &Scheduler<T> {
+        &self.scheduler
+    }
+}
+
+/// A clone is another handle to the same engine (two reference counts, no thread): its
+/// timers, reapers and statistics are the ones every clone sees. Share one timer over a
+/// process by cloning it into each service, connection and task.
+///
+/// ```
+/// use std::time::Duration;
+///
+/// let timer = shardwheel::Timer::builder().shards(1).manual().build().unwrap();
+/// let clone = timer.clone();
+/// let handle = clone.schedule(Duration::from_secs(1), || {}).unwrap();
+/// assert_eq!(timer.pending(), 1);
+/// assert!(timer.cancel(handle));
+/// ```
+impl<T: Send + 'static> Clone for Timer<T> {
+    fn clone(&self) -> Self {
+        Timer {
+            scheduler: self.scheduler.clone(),
+            engine: Arc::clone(&self.engine),
+        }
+    }
 }
 
 impl Timer {
@@ -199,6 +242,11 @@ impl<T: Send + 'static> Timer<T> {
         &self.scheduler
     }
 
+    /// What every clone shares, for a future to keep (a pointer: a future stays small).
+    pub(crate) fn engine(&self) -> &Arc<Engine<T>> {
+        &self.engine
+    }
+
     /// Cancels a timer: true if it was pending and now will never run; false if it already
     /// ran or is running, was cancelled, or the handle is not this timer's. O(1), lock-free,
     /// from any thread; the slot is freed by the next reaper pass, which a cancel starts.
@@ -258,6 +306,27 @@ impl<T: Send + 'static> Timer<T> {
         stats
     }
 
+    /// Now, by this timer's clock: the real time, or on a [manual](Builder::manual) timer
+    /// the time [`advance`](Self::advance) has moved it to (the build's instant plus what
+    /// was advanced, whatever real time passed). Every `Instant` given to the timer
+    /// ([`schedule_at`](Timer::schedule_at), [`insert_at`](Self::insert_at),
+    /// [`reset_at`](Self::reset_at), [`sleep_until`](Timer::sleep_until)) is read against
+    /// this clock: on a manual timer, build deadlines from `now()`, not `Instant::now()`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// let timer = shardwheel::Timer::builder().shards(1).manual().build().unwrap();
+    /// let start = timer.now();
+    /// std::thread::sleep(Duration::from_millis(2)); // real time: not this timer's
+    /// assert_eq!(timer.now(), start);
+    /// timer.advance(Duration::from_secs(5)).unwrap();
+    /// assert_eq!(timer.now(), start + Duration::from_secs(5));
+    /// ```
+    pub fn now(&self) -> Instant {
+        self.scheduler.clock().instant_of(self.scheduler.now())
+    }
+
     /// The number of shards (and reaper threads).
     pub fn shards(&self) -> usize {
         self.scheduler.shards().len()
@@ -276,7 +345,7 @@ impl<T: Send + 'static> Timer<T> {
     /// or another thread).
     pub fn advance(&self, by: Duration) -> Result<(), AdvanceError> {
         let (Driver::Manual(state_lock), Some(elapsed_nanos)) =
-            (&self.driver, self.scheduler.manual_elapsed())
+            (&self.engine.driver, self.scheduler.manual_elapsed())
         else {
             return Err(AdvanceError::NotManual);
         };
@@ -326,7 +395,8 @@ impl<T: Send + 'static> Timer<T> {
 
     /// Stops every reaper and returns the payloads (callbacks) of the timers that had not
     /// fired, unrun. Scheduling afterwards fails with [`ScheduleError::Shutdown`]. Calling
-    /// it again returns nothing more. Dropping the timer shuts it down and drops them.
+    /// it again returns nothing more. It shuts down the engine every clone of this timer
+    /// shares; dropping the last clone shuts it down too, and drops them.
     ///
     /// Called on one of the timer's own reapers (a callback that shuts the timer down, or
     /// drops the last `Arc` of a service that owns it), it joins the other reapers but not
@@ -355,6 +425,13 @@ impl<T: Send + 'static> Timer<T> {
     /// finished.recv().unwrap();
     /// ```
     pub fn shutdown(&self) -> Vec<T> {
+        self.engine.shutdown()
+    }
+}
+
+impl<T: Send + 'static> Engine<T> {
+    /// See [`Timer::shutdown`].
+    fn shutdown(&self) -> Vec<T> {
         for shard in self.scheduler.shards().iter() {
             shard.stop();
         }
@@ -372,12 +449,12 @@ impl<T: Send + 'static> Timer<T> {
             }
             // `advance` holds the lock and winds up after its passes.
             Driver::Manual(state) if Advancing::is(state) => Vec::new(),
-            Driver::Manual(state) => Self::wind_up(&self.scheduler, lock(state).take()),
+            Driver::Manual(state) => Timer::wind_up(&self.scheduler, lock(state).take()),
         }
     }
 }
 
-impl<T: Send + 'static> Drop for Timer<T> {
+impl<T: Send + 'static> Drop for Engine<T> {
     fn drop(&mut self) {
         drop(self.shutdown());
     }
