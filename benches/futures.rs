@@ -14,9 +14,9 @@
 //!   completes: the timer is registered at the first `Pending` and cancelled by the drop, the
 //!   common case of a request that beats its timeout. Figure: operations per second.
 //!
-//! Implementations: shardwheel's `Timer::timeout` (on the process-wide `Timer::global()`,
-//! default shards; on a timer the program owns, each timeout also counts a reference to
-//! it, which makes `mode=ready` several times dearer), `pingora_timeout::timeout` (registers lazily, rounds to 10 ms, on a global
+//! Implementations: `shardwheel::timeout` (on the process-wide `Timer::global()`, default
+//! shards; `Timer::timeout` on a timer the program owns also counts a reference to it per
+//! timeout, which makes `mode=ready` several times dearer), `pingora_timeout::timeout` (registers lazily, rounds to 10 ms, on a global
 //! timer), tokio's `tokio::time::timeout`, and no timeout at all (the runtime's own cost of
 //! the same tasks: the floor). They take turns over rounds in one process, the first in a
 //! round rotating; a first round warms the allocator and the runtime and is not counted.
@@ -101,7 +101,7 @@ impl Timeouts for Shardwheel {
     }
 
     async fn timeout<F: Future + Send>(&self, limit: Duration, work: F) -> Option<F::Output> {
-        self.0.timeout(limit, work).await.ok()
+        shardwheel::timeout(limit, work).await.ok()
     }
 
     fn timers(&self) -> Option<u64> {

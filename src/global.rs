@@ -1,4 +1,5 @@
-//! One engine per process: [`Timer::global`], and the handle a future keeps to its engine.
+//! One engine per process: [`Timer::global`] and the free functions on it ([`sleep`],
+//! [`timeout`]...), and the handle a future keeps to its engine.
 //!
 //! A [`Sleep`](crate::Sleep) or [`Timeout`](crate::Timeout) must own a handle to its
 //! engine to be `'static`: a reference count on the engine every clone of the timer
@@ -10,8 +11,12 @@
 
 use crate::callback::Callback;
 use crate::scheduler::Scheduler;
+use crate::sleep::{Deadline, Sleep};
+use crate::timeout::Timeout;
 use crate::timer::{Engine, Timer};
+use std::future::Future;
 use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
 /// The process-wide timer, built at its first use.
 static GLOBAL: OnceLock<Timer> = OnceLock::new();
@@ -31,21 +36,16 @@ impl EngineRef {
         }
     }
 
-    /// Whether it holds a reference count (not the process-wide timer's), or did.
-    #[inline]
-    pub(crate) fn is_counted(&self) -> bool {
-        self.0.is_some()
-    }
-
-    /// Lets go of the reference count, once the future is done with the engine.
-    pub(crate) fn release(&mut self) {
-        self.0 = None;
+    /// The process-wide timer's, built at the first poll if it is not yet: no check at
+    /// all where the future is made.
+    pub(crate) fn global() -> Self {
+        EngineRef(None)
     }
 
     pub(crate) fn scheduler(&self) -> &Scheduler<Callback> {
         match &self.0 {
             Some(engine) => engine.scheduler(),
-            // Built: `of` found it so.
+            // Built already (`of` found it), or now, at a free function's first poll.
             None => Timer::global().scheduler(),
         }
     }
@@ -78,4 +78,63 @@ impl Timer {
             Err(error) => panic!("shardwheel: cannot start the process-wide timer: {error}"),
         })
     }
+}
+
+/// A future that completes `delay` after its first poll, on the process-wide timer: as
+/// [`Timer::global`]`().sleep(delay)`, with nothing checked where it is made.
+///
+/// ```
+/// use std::time::Duration;
+///
+/// futures::executor::block_on(shardwheel::sleep(Duration::from_millis(1))).unwrap();
+/// ```
+pub fn sleep(delay: Duration) -> Sleep {
+    Sleep::with(EngineRef::global(), Deadline::AfterFirstPoll(delay))
+}
+
+/// A future that completes at `deadline`, on the process-wide timer: as
+/// [`Timer::global`]`().sleep_until(deadline)`.
+///
+/// ```
+/// use std::time::{Duration, Instant};
+///
+/// let deadline = Instant::now() + Duration::from_millis(1);
+/// futures::executor::block_on(shardwheel::sleep_until(deadline)).unwrap();
+/// assert!(Instant::now() >= deadline);
+/// ```
+pub fn sleep_until(deadline: Instant) -> Sleep {
+    Timer::global().sleep_until(deadline)
+}
+
+/// Runs `future` for at most `delay` from its first poll, on the process-wide timer: as
+/// [`Timer::global`]`().timeout(delay, future)`, with nothing checked where it is made
+/// (a future ready at its first poll costs no timer, no clock read, no reference count).
+///
+/// ```
+/// use std::time::Duration;
+///
+/// let quick = shardwheel::timeout(Duration::from_secs(5), async { 7 });
+/// assert_eq!(futures::executor::block_on(quick), Ok(7));
+/// ```
+pub fn timeout<F: Future>(delay: Duration, future: F) -> Timeout<F> {
+    Timeout::new(
+        Sleep::with(EngineRef::global(), Deadline::AfterFirstPoll(delay)),
+        future,
+    )
+}
+
+/// Runs `future` until `deadline`, on the process-wide timer: as
+/// [`Timer::global`]`().timeout_at(deadline, future)`.
+///
+/// ```
+/// use shardwheel::TimeoutError;
+/// use std::time::{Duration, Instant};
+///
+/// let stuck = std::future::pending::<()>();
+/// let deadline = Instant::now() + Duration::from_millis(2);
+/// let outcome = futures::executor::block_on(shardwheel::timeout_at(deadline, stuck));
+/// assert_eq!(outcome, Err(TimeoutError::Elapsed));
+/// ```
+pub fn timeout_at<F: Future>(deadline: Instant, future: F) -> Timeout<F> {
+    Timer::global().timeout_at(deadline, future)
 }

@@ -81,6 +81,7 @@ pub use error::{
 #[cfg(doctest)]
 pub struct ReadmeDoctests;
 pub use callback::Callback;
+pub use global::{sleep, sleep_until, timeout, timeout_at};
 pub use handle::{Key, TimerHandle};
 pub use periodic::{Period, Periodic};
 pub use sleep::Sleep;

@@ -181,8 +181,13 @@ impl Sleep {
     // more than its construction and drop, in the caller's crate (W7 `mode=ready`).
     #[inline]
     pub(crate) fn new(timer: &Timer, due: Deadline) -> Self {
+        Self::with(EngineRef::of(timer), due)
+    }
+
+    #[inline]
+    pub(crate) fn with(engine: EngineRef, due: Deadline) -> Self {
         Sleep {
-            engine: EngineRef::of(timer),
+            engine,
             due,
             armed: None,
         }
@@ -310,22 +315,8 @@ impl Future for Sleep {
 }
 
 impl Drop for Sleep {
-    // A sleep that never armed, on the process-wide timer, has nothing to let go of: the
-    // check inlines into the caller, the rest is out of line (W7 `mode=ready`).
-    #[inline]
     fn drop(&mut self) {
-        if self.armed.is_some() || self.engine.is_counted() {
-            self.release();
-        }
-    }
-}
-
-impl Sleep {
-    #[cold]
-    #[inline(never)]
-    fn release(&mut self) {
         self.disarm();
-        self.engine.release();
     }
 }
 

@@ -45,6 +45,10 @@ pin_project_lite::pin_project! {
 }
 
 impl<F> Timeout<F> {
+    pub(crate) fn new(sleep: Sleep, future: F) -> Self {
+        Timeout { future, sleep }
+    }
+
     /// The wrapped future.
     ///
     /// ```
@@ -149,10 +153,7 @@ impl Timer {
     /// });
     /// ```
     pub fn timeout<F: Future>(&self, delay: Duration, future: F) -> Timeout<F> {
-        Timeout {
-            future,
-            sleep: Sleep::new(self, Deadline::AfterFirstPoll(delay)),
-        }
+        Timeout::new(Sleep::new(self, Deadline::AfterFirstPoll(delay)), future)
     }
 
     /// Runs `future` until `deadline`, by this timer's clock ([`Timer::now`]).
@@ -169,9 +170,6 @@ impl Timer {
     /// assert!(timer.now() >= deadline);
     /// ```
     pub fn timeout_at<F: Future>(&self, deadline: Instant, future: F) -> Timeout<F> {
-        Timeout {
-            future,
-            sleep: self.sleep_until(deadline),
-        }
+        Timeout::new(self.sleep_until(deadline), future)
     }
 }

@@ -182,10 +182,26 @@ fn a_future_keeps_its_engine_running_after_the_timer_is_dropped() {
 }
 
 #[test]
-fn the_process_wide_timer_is_one_engine() {
+fn the_process_wide_timer_is_one_engine_for_the_free_functions() {
     let timer = Timer::global();
     assert!(std::ptr::eq(timer, Timer::global()));
     let sleep = timer.sleep(ms(1));
     let owned = std::thread::spawn(move || futures::executor::block_on(sleep));
     owned.join().unwrap().unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let start = Instant::now();
+    let (slept, stuck, quick) = runtime.block_on(async {
+        let slept = tokio::spawn(shardwheel::sleep(ms(5))).await.unwrap();
+        let stuck = shardwheel::timeout(ms(5), pending::<()>()).await;
+        let quick = shardwheel::timeout_at(timer.now() + ms(60_000), async { 1 }).await;
+        (slept, stuck, quick)
+    });
+    assert_eq!(
+        (slept, stuck, quick),
+        (Ok(()), Err(TimeoutError::Elapsed), Ok(1))
+    );
+    assert!(start.elapsed() >= ms(10), "never early");
+    futures::executor::block_on(shardwheel::sleep_until(timer.now() + ms(1))).unwrap();
 }
