@@ -7,7 +7,7 @@
 //! their runtime handle; measured, it makes a timeout whose future is ready at once several
 //! times dearer, W7 `mode=ready`). The process-wide timer lives in a `static` and is never
 //! dropped, so its futures hold nothing and count nothing (they find it in its `static`):
-//! `EngineRef::of` tells it by its address. Either way the handle is one pointer.
+//! `EngineRef::of` tells it (or a clone of it) by its engine's address. Either way the handle is one pointer.
 
 use crate::callback::Callback;
 use crate::scheduler::Scheduler;
@@ -31,7 +31,8 @@ impl EngineRef {
     #[inline]
     pub(crate) fn of(timer: &Timer) -> Self {
         match GLOBAL.get() {
-            Some(global) if std::ptr::eq(global, timer) => EngineRef(None),
+            // Its clones too: they share its engine.
+            Some(global) if Arc::ptr_eq(global.engine(), timer.engine()) => EngineRef(None),
             _ => EngineRef(Some(Arc::clone(timer.engine()))),
         }
     }

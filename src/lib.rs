@@ -45,6 +45,8 @@ mod due;
 mod error;
 mod global;
 mod handle;
+#[cfg(feature = "hyper")]
+mod hyper_timer;
 mod inbox;
 mod pages;
 mod periodic;
@@ -83,6 +85,8 @@ pub struct ReadmeDoctests;
 pub use callback::Callback;
 pub use global::{sleep, sleep_until, timeout, timeout_at};
 pub use handle::{Key, TimerHandle};
+#[cfg(feature = "hyper")]
+pub use hyper_timer::HyperTimer;
 pub use periodic::{Period, Periodic};
 pub use sleep::Sleep;
 pub use stats::Stats;
