@@ -41,6 +41,7 @@
 mod bound;
 mod callback;
 mod clock;
+pub mod delay_queue;
 mod due;
 mod error;
 mod global;
@@ -48,6 +49,7 @@ mod handle;
 #[cfg(feature = "hyper")]
 mod hyper_timer;
 mod inbox;
+mod interval;
 mod pages;
 mod periodic;
 pub mod purgatory;
@@ -87,6 +89,7 @@ pub use global::{sleep, sleep_until, timeout, timeout_at};
 pub use handle::{Key, TimerHandle};
 #[cfg(feature = "hyper")]
 pub use hyper_timer::HyperTimer;
+pub use interval::{Interval, MissedTickBehavior};
 pub use periodic::{Period, Periodic};
 pub use sleep::Sleep;
 pub use stats::Stats;
