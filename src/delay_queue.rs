@@ -31,6 +31,22 @@ pub struct Key {
 }
 
 /// A value that came out of a [`DelayQueue`], with its deadline and key.
+///
+/// ```
+/// use shardwheel::delay_queue::DelayQueue;
+/// use std::time::Duration;
+///
+/// let timer = shardwheel::Timer::builder().shards(1).manual().build().unwrap();
+/// let mut queue = DelayQueue::new(&timer);
+/// let key = queue.insert(String::from("job"), Duration::from_secs(1)).unwrap();
+/// let due = timer.now() + Duration::from_secs(1);
+/// timer.advance(Duration::from_secs(1)).unwrap();
+/// let mut expired = futures::executor::block_on(queue.next_expired()).unwrap();
+/// assert_eq!((expired.key(), expired.deadline()), (key, due));
+/// expired.get_mut().push_str("-7");
+/// assert_eq!(expired.get_ref(), "job-7");
+/// assert_eq!(expired.into_inner(), "job-7");
+/// ```
 #[derive(Debug)]
 pub struct Expired<T> {
     value: T,
@@ -40,26 +56,78 @@ pub struct Expired<T> {
 
 impl<T> Expired<T> {
     /// The value.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # let timer = shardwheel::Timer::builder().shards(1).manual().build().unwrap();
+    /// # let mut queue = shardwheel::delay_queue::DelayQueue::new(&timer);
+    /// # let key = queue.insert(String::from("job"), Duration::from_secs(1)).unwrap();
+    /// # timer.advance(Duration::from_secs(1)).unwrap();
+    /// let mut expired = futures::executor::block_on(queue.next_expired()).unwrap();
+    /// assert_eq!(expired.get_ref(), "job");
+    /// ```
     pub fn get_ref(&self) -> &T {
         &self.value
     }
 
     /// The value, mutably.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # let timer = shardwheel::Timer::builder().shards(1).manual().build().unwrap();
+    /// # let mut queue = shardwheel::delay_queue::DelayQueue::new(&timer);
+    /// # let key = queue.insert(String::from("job"), Duration::from_secs(1)).unwrap();
+    /// # timer.advance(Duration::from_secs(1)).unwrap();
+    /// let mut expired = futures::executor::block_on(queue.next_expired()).unwrap();
+    /// expired.get_mut().push_str("-7");
+    /// assert_eq!(expired.get_ref(), "job-7");
+    /// ```
     pub fn get_mut(&mut self) -> &mut T {
         &mut self.value
     }
 
     /// The value, taken out.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # let timer = shardwheel::Timer::builder().shards(1).manual().build().unwrap();
+    /// # let mut queue = shardwheel::delay_queue::DelayQueue::new(&timer);
+    /// # let key = queue.insert(String::from("job"), Duration::from_secs(1)).unwrap();
+    /// # timer.advance(Duration::from_secs(1)).unwrap();
+    /// let mut expired = futures::executor::block_on(queue.next_expired()).unwrap();
+    /// assert_eq!(expired.into_inner(), "job");
+    /// ```
     pub fn into_inner(self) -> T {
         self.value
     }
 
     /// The deadline it was due at (it came out at or after it).
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # let timer = shardwheel::Timer::builder().shards(1).manual().build().unwrap();
+    /// # let mut queue = shardwheel::delay_queue::DelayQueue::new(&timer);
+    /// # let key = queue.insert(String::from("job"), Duration::from_secs(1)).unwrap();
+    /// # timer.advance(Duration::from_secs(1)).unwrap();
+    /// let mut expired = futures::executor::block_on(queue.next_expired()).unwrap();
+    /// assert_eq!(expired.deadline(), timer.now()); // due at 1 s, out at 1 s
+    /// ```
     pub fn deadline(&self) -> Instant {
         self.deadline
     }
 
     /// The key it had in the queue (it names nothing now).
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # let timer = shardwheel::Timer::builder().shards(1).manual().build().unwrap();
+    /// # let mut queue = shardwheel::delay_queue::DelayQueue::new(&timer);
+    /// # let key = queue.insert(String::from("job"), Duration::from_secs(1)).unwrap();
+    /// # timer.advance(Duration::from_secs(1)).unwrap();
+    /// let mut expired = futures::executor::block_on(queue.next_expired()).unwrap();
+    /// assert_eq!(expired.key(), key);
+    /// assert_eq!(queue.remove(key), None);
+    /// ```
     pub fn key(&self) -> Key {
         self.key
     }

@@ -2,6 +2,8 @@
 //! deadline order, removes and resets honoured), then on real reapers under tokio and
 //! `futures::executor`.
 
+mod common;
+
 use proptest::prelude::*;
 use shardwheel::Timer;
 use shardwheel::delay_queue::{DelayQueue, Key};
@@ -124,8 +126,8 @@ proptest! {
 
 /// Values with random delays through a queue on real reapers, awaited: each comes out
 /// once, never before its deadline.
-async fn await_all(timer: &Timer) {
-    let mut queue = DelayQueue::new(timer);
+async fn await_all(timer: Timer) {
+    let mut queue = DelayQueue::new(&timer);
     let mut removed = Vec::new();
     for id in 0..200u64 {
         let key = queue
@@ -153,15 +155,7 @@ async fn await_all(timer: &Timer) {
 
 #[test]
 fn on_tokio_and_on_futures_executor() {
-    let timer = Timer::builder().shards(2).build().unwrap();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .build()
-        .unwrap();
-    let spawned = timer.clone();
-    let task = runtime.spawn(async move { await_all(&spawned).await });
-    runtime.block_on(task).unwrap();
-    futures::executor::block_on(await_all(&timer));
+    let timer = common::on_tokio_and_futures_executor(await_all);
     assert_eq!(timer.pending(), 0);
 }
 

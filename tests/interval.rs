@@ -2,6 +2,8 @@
 //! that works a random while between ticks), then on real reapers under tokio and
 //! `futures::executor`.
 
+mod common;
+
 use proptest::prelude::*;
 use shardwheel::{MissedTickBehavior, Timer};
 use std::task::{Context, Poll, Waker};
@@ -83,7 +85,7 @@ proptest! {
 }
 
 /// Five ticks of 2 ms, awaited: each due 2 ms after the last, and none before it is due.
-async fn five_ticks(timer: &Timer) {
+async fn five_ticks(timer: Timer) {
     let mut interval = timer.interval(Duration::from_millis(2)).unwrap();
     let mut last = None;
     for _ in 0..5 {
@@ -98,15 +100,11 @@ async fn five_ticks(timer: &Timer) {
 
 #[test]
 fn on_tokio_and_on_futures_executor() {
-    let timer = Timer::builder().shards(2).build().unwrap();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .build()
-        .unwrap();
-    let spawned = timer.clone();
-    let task = runtime.spawn(async move { five_ticks(&spawned).await });
-    runtime.block_on(task).unwrap();
-    futures::executor::block_on(five_ticks(&timer));
+    let timer = common::on_tokio_and_futures_executor(five_ticks);
+    assert!(
+        timer.pending() <= 1,
+        "the dropped intervals cancelled their timers"
+    );
 }
 
 #[cfg(feature = "stream")]
