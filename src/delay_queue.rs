@@ -262,7 +262,12 @@ impl<T> DelayQueue<T> {
     /// queue.insert_at("ping", timer.now() + Duration::from_secs(1)).unwrap();
     /// assert_eq!(queue.len(), 1);
     /// ```
-    pub fn insert_at(&mut self, value: T, deadline: Instant) -> Result<Key, ScheduleError<T>> {
+    pub fn insert_at(
+        &mut self,
+        value: T,
+        deadline: impl Into<Instant>,
+    ) -> Result<Key, ScheduleError<T>> {
+        let deadline = deadline.into();
         let index = match self.free.pop() {
             Some(index) => index,
             None => {
@@ -400,7 +405,8 @@ impl<T> DelayQueue<T> {
     /// queue.reset_at(key, later).unwrap();
     /// assert_eq!(queue.deadline(key), Some(later));
     /// ```
-    pub fn reset_at(&mut self, key: Key, deadline: Instant) -> Result<(), StaleKey> {
+    pub fn reset_at(&mut self, key: Key, deadline: impl Into<Instant>) -> Result<(), StaleKey> {
+        let deadline = deadline.into();
         let old = self.entry_mut(key).ok_or(StaleKey)?.handle;
         // A fresh timer under a new epoch: the old one's `Due`, if it fired, is stale.
         self.timer.cancel(old);

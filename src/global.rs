@@ -103,7 +103,7 @@ pub fn sleep(delay: Duration) -> Sleep {
 /// futures::executor::block_on(shardwheel::sleep_until(deadline)).unwrap();
 /// assert!(Instant::now() >= deadline);
 /// ```
-pub fn sleep_until(deadline: Instant) -> Sleep {
+pub fn sleep_until(deadline: impl Into<Instant>) -> Sleep {
     Timer::global().sleep_until(deadline)
 }
 
@@ -136,6 +136,6 @@ pub fn timeout<F: Future>(delay: Duration, future: F) -> Timeout<F> {
 /// let outcome = futures::executor::block_on(shardwheel::timeout_at(deadline, stuck));
 /// assert_eq!(outcome, Err(TimeoutError::Elapsed));
 /// ```
-pub fn timeout_at<F: Future>(deadline: Instant, future: F) -> Timeout<F> {
+pub fn timeout_at<F: Future>(deadline: impl Into<Instant>, future: F) -> Timeout<F> {
     Timer::global().timeout_at(deadline, future)
 }

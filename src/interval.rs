@@ -252,7 +252,12 @@ impl Timer {
     /// timer.advance(Duration::from_secs(5)).unwrap();
     /// assert_eq!(interval.poll_tick(&mut cx).map(Result::unwrap), std::task::Poll::Ready(start));
     /// ```
-    pub fn interval_at(&self, start: Instant, period: Duration) -> Result<Interval, PeriodicError> {
+    pub fn interval_at(
+        &self,
+        start: impl Into<Instant>,
+        period: Duration,
+    ) -> Result<Interval, PeriodicError> {
+        let start = start.into();
         if period.is_zero() {
             return Err(PeriodicError::ZeroPeriod);
         }

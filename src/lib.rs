@@ -61,6 +61,15 @@
 //! reaper per core, threads that sleep until a deadline, so an idle one costs no CPU) and
 //! lives until the process exits; one can shut it down ([`Timer::shutdown`]) for all.
 //!
+//! # Deadlines
+//!
+//! A delay (`sleep`, `timeout`) counts from the future's first poll; an instant is the
+//! deadline as given. The futures, the queue and the interval take instants as
+//! `impl Into<Instant>`: std's `Instant`, or tokio's `tokio::time::Instant` (which converts
+//! into std's), with no feature needed. (Under tokio's paused test clock, tokio's instants
+//! are tokio's virtual time, which shardwheel does not follow: a test of code on
+//! shardwheel uses a manual timer and builds its deadlines from `timer.now()`.)
+//!
 //! # Tests on a manual clock
 //!
 //! A [manual](Builder::manual) timer has no reapers: its time moves only with

@@ -223,9 +223,9 @@ impl Sleep {
     /// idle.reset(timer.now() + Duration::from_millis(5)); // sooner
     /// futures::executor::block_on(idle).unwrap();
     /// ```
-    pub fn reset(&mut self, deadline: Instant) {
+    pub fn reset(&mut self, deadline: impl Into<Instant>) {
         let scheduler = self.engine.scheduler();
-        let deadline = scheduler.deadline_at(deadline);
+        let deadline = scheduler.deadline_at(deadline.into());
         self.due = Deadline::At(deadline);
         if let Some(armed) = &self.armed {
             // A timer that has not fired yet moves; a reset that finds it fired (or firing)
@@ -357,7 +357,8 @@ impl Timer {
     /// futures::executor::block_on(timer.sleep_until(deadline)).unwrap();
     /// assert!(timer.now() >= deadline);
     /// ```
-    pub fn sleep_until(&self, deadline: Instant) -> Sleep {
-        Sleep::new(self, Deadline::At(self.scheduler().deadline_at(deadline)))
+    pub fn sleep_until(&self, deadline: impl Into<Instant>) -> Sleep {
+        let deadline = self.scheduler().deadline_at(deadline.into());
+        Sleep::new(self, Deadline::At(deadline))
     }
 }

@@ -114,7 +114,7 @@ impl<F> Timeout<F> {
     /// stuck.as_mut().reset(timer.now() + Duration::from_millis(5));
     /// assert_eq!(futures::executor::block_on(stuck), Err(TimeoutError::Elapsed));
     /// ```
-    pub fn reset(self: Pin<&mut Self>, deadline: Instant) {
+    pub fn reset(self: Pin<&mut Self>, deadline: impl Into<Instant>) {
         self.project().sleep.reset(deadline);
     }
 }
@@ -169,7 +169,7 @@ impl Timer {
     /// assert_eq!(futures::executor::block_on(stuck), Err(TimeoutError::Elapsed));
     /// assert!(timer.now() >= deadline);
     /// ```
-    pub fn timeout_at<F: Future>(&self, deadline: Instant, future: F) -> Timeout<F> {
+    pub fn timeout_at<F: Future>(&self, deadline: impl Into<Instant>, future: F) -> Timeout<F> {
         Timeout::new(self.sleep_until(deadline), future)
     }
 }

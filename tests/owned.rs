@@ -205,3 +205,26 @@ fn the_process_wide_timer_is_one_engine_for_the_free_functions() {
     assert!(start.elapsed() >= ms(10), "never early");
     futures::executor::block_on(shardwheel::sleep_until(timer.now() + ms(1))).unwrap();
 }
+
+// tokio's `Instant` converts into std's (tokio's own `From`): the `Instant`-taking calls of
+// the futures, the queue and the interval take either.
+#[test]
+fn tokio_instants_are_deadlines_too() {
+    let timer = Timer::builder().shards(1).build().unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let deadline = tokio::time::Instant::now() + ms(5);
+        timer.sleep_until(deadline).await.unwrap();
+        assert!(tokio::time::Instant::now() >= deadline);
+        let stuck = timer.timeout_at(tokio::time::Instant::now() + ms(1), pending::<()>());
+        assert_eq!(stuck.await, Err(TimeoutError::Elapsed));
+        let mut queue = shardwheel::delay_queue::DelayQueue::new(&timer);
+        queue
+            .insert_at('q', tokio::time::Instant::now() + ms(1))
+            .unwrap();
+        assert_eq!(queue.next_expired().await.unwrap().into_inner(), 'q');
+    });
+}
