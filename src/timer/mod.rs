@@ -178,6 +178,16 @@ impl<T: Send + 'static> Clone for Timer<T> {
 
 impl Timer {
     /// A [`Builder`] with the defaults: a shard per core, 1 ms tick, pinned threads.
+    ///
+    /// ```
+    /// let timer = shardwheel::Timer::builder().shards(1).build().unwrap();
+    /// assert_eq!(timer.shards(), 1);
+    /// ```
+    ///
+    /// ```
+    /// let timer = shardwheel::Timer::builder().shards(1).build().unwrap();
+    /// assert_eq!(timer.shards(), 1);
+    /// ```
     pub fn builder() -> Builder {
         Builder::default()
     }
@@ -191,6 +201,26 @@ impl Timer {
     ///
     /// [`ScheduleError::Full`] beyond `max_pending`, [`ScheduleError::Shutdown`] after
     /// shutdown; both hand the callback back.
+    ///
+    /// ```
+    /// use std::sync::mpsc;
+    /// use std::time::Duration;
+    ///
+    /// let timer = shardwheel::Timer::builder().shards(1).build().unwrap();
+    /// let (done, fired) = mpsc::channel();
+    /// timer.schedule(Duration::from_millis(1), move || done.send(()).unwrap()).unwrap();
+    /// fired.recv().unwrap();
+    /// ```
+    ///
+    /// ```
+    /// use std::sync::mpsc;
+    /// use std::time::Duration;
+    ///
+    /// let timer = shardwheel::Timer::builder().shards(1).build().unwrap();
+    /// let (done, fired) = mpsc::channel();
+    /// timer.schedule(Duration::from_millis(1), move || done.send(()).unwrap()).unwrap();
+    /// fired.recv().unwrap();
+    /// ```
     pub fn schedule(
         &self,
         delay: Duration,
@@ -204,6 +234,34 @@ impl Timer {
     /// # Errors
     ///
     /// As [`schedule`](Self::schedule).
+    ///
+    /// ```
+    /// use std::sync::atomic::{AtomicBool, Ordering};
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    ///
+    /// let timer = shardwheel::Timer::builder().shards(1).manual().build().unwrap();
+    /// let fired = Arc::new(AtomicBool::new(false));
+    /// let flag = Arc::clone(&fired);
+    /// let at = timer.now() + Duration::from_secs(2);
+    /// timer.schedule_at(at, move || flag.store(true, Ordering::Relaxed)).unwrap();
+    /// timer.advance(Duration::from_secs(2)).unwrap();
+    /// assert!(fired.load(Ordering::Relaxed));
+    /// ```
+    ///
+    /// ```
+    /// use std::sync::atomic::{AtomicBool, Ordering};
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    ///
+    /// let timer = shardwheel::Timer::builder().shards(1).manual().build().unwrap();
+    /// let fired = Arc::new(AtomicBool::new(false));
+    /// let flag = Arc::clone(&fired);
+    /// let at = timer.now() + Duration::from_secs(2);
+    /// timer.schedule_at(at, move || flag.store(true, Ordering::Relaxed)).unwrap();
+    /// timer.advance(Duration::from_secs(2)).unwrap();
+    /// assert!(fired.load(Ordering::Relaxed));
+    /// ```
     pub fn schedule_at(
         &self,
         instant: Instant,
@@ -222,6 +280,23 @@ impl<T: Send + 'static> Timer<T> {
     ///
     /// [`ScheduleError::Full`] beyond `max_pending`, [`ScheduleError::Shutdown`] after
     /// shutdown; both hand the payload back.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// let timer = shardwheel::Timer::builder().shards(1).manual().build_with(|id: u64| println!("{id} expired")).unwrap();
+    /// timer.insert(Duration::from_secs(30), 7).unwrap();
+    /// assert_eq!(timer.pending(), 1);
+    /// ```
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// let builder = shardwheel::Timer::builder().shards(1).manual();
+    /// let timer = builder.build_with(|id: u64| println!("{id} expired")).unwrap();
+    /// timer.insert(Duration::from_secs(30), 7).unwrap();
+    /// assert_eq!(timer.pending(), 1);
+    /// ```
     pub fn insert(&self, delay: Duration, payload: T) -> Result<TimerHandle, ScheduleError<T>> {
         self.scheduler
             .insert_due(self.scheduler.deadline_after(delay), payload)
@@ -232,6 +307,25 @@ impl<T: Send + 'static> Timer<T> {
     /// # Errors
     ///
     /// As [`insert`](Self::insert).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// let timer = shardwheel::Timer::builder().shards(1).manual().build_with(|_: &str| {}).unwrap();
+    /// timer.insert_at(timer.now() + Duration::from_secs(1), "session 9").unwrap();
+    /// timer.advance(Duration::from_secs(1)).unwrap();
+    /// assert_eq!(timer.pending(), 0); // fired
+    /// ```
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// let builder = shardwheel::Timer::builder().shards(1).manual();
+    /// let timer = builder.build_with(|_: &str| {}).unwrap();
+    /// timer.insert_at(timer.now() + Duration::from_secs(1), "session 9").unwrap();
+    /// timer.advance(Duration::from_secs(1)).unwrap();
+    /// assert_eq!(timer.pending(), 0); // fired
+    /// ```
     pub fn insert_at(&self, instant: Instant, payload: T) -> Result<TimerHandle, ScheduleError<T>> {
         self.scheduler
             .insert_due(self.scheduler.deadline_at(instant), payload)
@@ -254,6 +348,26 @@ impl<T: Send + 'static> Timer<T> {
     /// The payload of a cancelled timer is dropped on the reaper, except during a
     /// shutdown: a cancel that comes after the reaper stopped taking cancels drops the
     /// payload itself, on the calling thread, before it returns.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// let timer = shardwheel::Timer::builder().shards(1).manual().build().unwrap();
+    /// let handle = timer.schedule(Duration::from_secs(1), || unreachable!()).unwrap();
+    /// assert!(timer.cancel(handle));
+    /// assert!(!timer.cancel(handle)); // already cancelled
+    /// timer.advance(Duration::from_secs(1)).unwrap();
+    /// ```
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// let timer = shardwheel::Timer::builder().shards(1).manual().build().unwrap();
+    /// let handle = timer.schedule(Duration::from_secs(1), || unreachable!()).unwrap();
+    /// assert!(timer.cancel(handle));
+    /// assert!(!timer.cancel(handle)); // already cancelled
+    /// timer.advance(Duration::from_secs(1)).unwrap();
+    /// ```
     pub fn cancel(&self, handle: TimerHandle) -> bool {
         self.scheduler.cancel(handle)
     }
@@ -269,6 +383,28 @@ impl<T: Send + 'static> Timer<T> {
     ///
     /// [`StaleHandle`] if the timer already ran or is running, was cancelled, or the handle
     /// is not this timer's; nothing changes then.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// let timer = shardwheel::Timer::builder().shards(1).manual().build().unwrap();
+    /// let idle = timer.schedule(Duration::from_secs(30), || {}).unwrap();
+    /// timer.advance(Duration::from_secs(20)).unwrap();
+    /// timer.reset(idle, Duration::from_secs(30)).unwrap(); // a message: 30 s again
+    /// timer.advance(Duration::from_secs(20)).unwrap();
+    /// assert_eq!(timer.pending(), 1); // not at the old deadline
+    /// ```
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// let timer = shardwheel::Timer::builder().shards(1).manual().build().unwrap();
+    /// let idle = timer.schedule(Duration::from_secs(30), || {}).unwrap();
+    /// timer.advance(Duration::from_secs(20)).unwrap();
+    /// timer.reset(idle, Duration::from_secs(30)).unwrap(); // a message: 30 s again
+    /// timer.advance(Duration::from_secs(20)).unwrap();
+    /// assert_eq!(timer.pending(), 1); // not at the old deadline
+    /// ```
     pub fn reset(&self, handle: TimerHandle, delay: Duration) -> Result<(), StaleHandle> {
         self.scheduler
             .reset_due(handle, self.scheduler.deadline_after(delay))
@@ -279,18 +415,72 @@ impl<T: Send + 'static> Timer<T> {
     /// # Errors
     ///
     /// As [`reset`](Self::reset).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// let timer = shardwheel::Timer::builder().shards(1).manual().build().unwrap();
+    /// let retry = timer.schedule(Duration::from_secs(5), || {}).unwrap();
+    /// timer.reset_at(retry, timer.now() + Duration::from_secs(1)).unwrap();
+    /// timer.advance(Duration::from_secs(1)).unwrap();
+    /// assert_eq!(timer.pending(), 0);
+    /// ```
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// let timer = shardwheel::Timer::builder().shards(1).manual().build().unwrap();
+    /// let retry = timer.schedule(Duration::from_secs(5), || {}).unwrap();
+    /// timer.reset_at(retry, timer.now() + Duration::from_secs(1)).unwrap();
+    /// timer.advance(Duration::from_secs(1)).unwrap();
+    /// assert_eq!(timer.pending(), 0);
+    /// ```
     pub fn reset_at(&self, handle: TimerHandle, instant: Instant) -> Result<(), StaleHandle> {
         self.scheduler
             .reset_due(handle, self.scheduler.deadline_at(instant))
     }
 
     /// Timers scheduled and not yet fired or cancelled.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// let timer = shardwheel::Timer::builder().shards(1).manual().build().unwrap();
+    /// timer.schedule(Duration::from_secs(1), || {}).unwrap();
+    /// assert_eq!(timer.pending(), 1);
+    /// ```
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// let timer = shardwheel::Timer::builder().shards(1).manual().build().unwrap();
+    /// timer.schedule(Duration::from_secs(1), || {}).unwrap();
+    /// assert_eq!(timer.pending(), 1);
+    /// ```
     pub fn pending(&self) -> usize {
         self.scheduler.shards().iter().map(Shard::pending).sum()
     }
 
     /// Callbacks (or handler calls, or payload drops) that panicked; each was caught and
     /// its shard went on.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// let timer = shardwheel::Timer::builder().shards(1).manual().build().unwrap();
+    /// timer.schedule(Duration::ZERO, || panic!("a bug in a callback")).unwrap();
+    /// timer.advance(Duration::ZERO).unwrap();
+    /// assert_eq!(timer.panicked(), 1);
+    /// ```
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// let timer = shardwheel::Timer::builder().shards(1).manual().build().unwrap();
+    /// timer.schedule(Duration::ZERO, || panic!("a bug in a callback")).unwrap();
+    /// timer.advance(Duration::ZERO).unwrap();
+    /// assert_eq!(timer.panicked(), 1);
+    /// ```
     pub fn panicked(&self) -> u64 {
         self.scheduler.shards().iter().map(Shard::panicked).sum()
     }
@@ -298,6 +488,24 @@ impl<T: Send + 'static> Timer<T> {
     /// A snapshot of the counts and the lateness histogram, merged over the shards (see
     /// [`Stats`]). Takes each shard's statistics lock briefly; reapers record into it
     /// without contention otherwise.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// let timer = shardwheel::Timer::builder().shards(1).manual().build().unwrap();
+    /// timer.schedule(Duration::from_millis(1), || {}).unwrap();
+    /// timer.advance(Duration::from_millis(1)).unwrap();
+    /// assert_eq!(timer.stats().fired, 1);
+    /// ```
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// let timer = shardwheel::Timer::builder().shards(1).manual().build().unwrap();
+    /// timer.schedule(Duration::from_millis(1), || {}).unwrap();
+    /// timer.advance(Duration::from_millis(1)).unwrap();
+    /// assert_eq!(timer.stats().fired, 1);
+    /// ```
     pub fn stats(&self) -> Stats {
         let mut stats = Stats::new();
         for shard in self.scheduler.shards().iter() {
@@ -328,6 +536,16 @@ impl<T: Send + 'static> Timer<T> {
     }
 
     /// The number of shards (and reaper threads).
+    ///
+    /// ```
+    /// let timer = shardwheel::Timer::builder().shards(3).manual().build().unwrap();
+    /// assert_eq!(timer.shards(), 3);
+    /// ```
+    ///
+    /// ```
+    /// let timer = shardwheel::Timer::builder().shards(3).manual().build().unwrap();
+    /// assert_eq!(timer.shards(), 3);
+    /// ```
     pub fn shards(&self) -> usize {
         self.scheduler.shards().len()
     }
@@ -343,6 +561,28 @@ impl<T: Send + 'static> Timer<T> {
     /// [`AdvanceError::NotManual`] for a timer with reaper threads;
     /// [`AdvanceError::Busy`] if another `advance` runs meanwhile (a callback calling it,
     /// or another thread).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// let timer = shardwheel::Timer::builder().shards(1).manual().build().unwrap();
+    /// timer.schedule(Duration::from_secs(60), || {}).unwrap();
+    /// timer.advance(Duration::from_secs(60)).unwrap();
+    /// assert_eq!(timer.pending(), 0);
+    /// let threaded = shardwheel::Timer::builder().shards(1).build().unwrap();
+    /// assert!(threaded.advance(Duration::from_secs(1)).is_err()); // NotManual
+    /// ```
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// let timer = shardwheel::Timer::builder().shards(1).manual().build().unwrap();
+    /// timer.schedule(Duration::from_secs(60), || {}).unwrap();
+    /// timer.advance(Duration::from_secs(60)).unwrap();
+    /// assert_eq!(timer.pending(), 0);
+    /// let threaded = shardwheel::Timer::builder().shards(1).build().unwrap();
+    /// assert!(threaded.advance(Duration::from_secs(1)).is_err()); // not manual
+    /// ```
     pub fn advance(&self, by: Duration) -> Result<(), AdvanceError> {
         let (Driver::Manual(state_lock), Some(elapsed_nanos)) =
             (&self.engine.driver, self.scheduler.manual_elapsed())
