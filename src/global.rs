@@ -39,6 +39,7 @@ impl EngineRef {
 
     /// The process-wide timer's, built at the first poll if it is not yet: no check at
     /// all where the future is made.
+    #[inline(always)]
     pub(crate) fn global() -> Self {
         EngineRef(None)
     }
@@ -117,6 +118,7 @@ pub fn sleep_until(deadline: impl Into<Instant>) -> Sleep {
 /// let quick = shardwheel::timeout(Duration::from_secs(5), async { 7 });
 /// assert_eq!(futures::executor::block_on(quick), Ok(7));
 /// ```
+#[inline(always)]
 pub fn timeout<F: Future>(delay: Duration, future: F) -> Timeout<F> {
     Timeout::new(
         Sleep::with(EngineRef::global(), Deadline::AfterFirstPoll(delay)),

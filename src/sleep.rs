@@ -184,7 +184,7 @@ impl Sleep {
         Self::with(EngineRef::of(timer), due)
     }
 
-    #[inline]
+    #[inline(always)]
     pub(crate) fn with(engine: EngineRef, due: Deadline) -> Self {
         Sleep {
             engine,

@@ -45,6 +45,10 @@ pin_project_lite::pin_project! {
 }
 
 impl<F> Timeout<F> {
+    // Always inline, as `shardwheel::timeout` and `Sleep::with`: built out of line, the
+    // caller's future is copied in through the stack, and a timeout whose future is ready
+    // at once cost twice as much (W7 `mode=ready`: 9 ns an operation instead of 4.5).
+    #[inline(always)]
     pub(crate) fn new(sleep: Sleep, future: F) -> Self {
         Timeout { future, sleep }
     }
