@@ -85,6 +85,11 @@ impl Timer {
 /// A future that completes `delay` after its first poll, on the process-wide timer: as
 /// [`Timer::global`]`().sleep(delay)`, with nothing checked where it is made.
 ///
+/// # Panics
+///
+/// At its first poll, if the process-wide timer was not built yet and cannot be (see
+/// [`Timer::global`]).
+///
 /// ```
 /// use std::time::Duration;
 ///
@@ -96,6 +101,10 @@ pub fn sleep(delay: Duration) -> Sleep {
 
 /// A future that completes at `deadline`, on the process-wide timer: as
 /// [`Timer::global`]`().sleep_until(deadline)`.
+///
+/// # Panics
+///
+/// As [`Timer::global`].
 ///
 /// ```
 /// use std::time::{Duration, Instant};
@@ -111,6 +120,10 @@ pub fn sleep_until(deadline: impl Into<Instant>) -> Sleep {
 /// Runs `future` for at most `delay` from its first poll, on the process-wide timer: as
 /// [`Timer::global`]`().timeout(delay, future)`, with nothing checked where it is made
 /// (a future ready at its first poll costs no timer, no clock read, no reference count).
+///
+/// # Panics
+///
+/// As [`sleep`].
 ///
 /// ```
 /// use std::time::Duration;
@@ -128,6 +141,10 @@ pub fn timeout<F: Future>(delay: Duration, future: F) -> Timeout<F> {
 
 /// Runs `future` until `deadline`, on the process-wide timer: as
 /// [`Timer::global`]`().timeout_at(deadline, future)`.
+///
+/// # Panics
+///
+/// As [`Timer::global`].
 ///
 /// ```
 /// use shardwheel::TimeoutError;
