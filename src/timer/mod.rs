@@ -183,11 +183,6 @@ impl Timer {
     /// let timer = shardwheel::Timer::builder().shards(1).build().unwrap();
     /// assert_eq!(timer.shards(), 1);
     /// ```
-    ///
-    /// ```
-    /// let timer = shardwheel::Timer::builder().shards(1).build().unwrap();
-    /// assert_eq!(timer.shards(), 1);
-    /// ```
     pub fn builder() -> Builder {
         Builder::default()
     }
@@ -201,16 +196,6 @@ impl Timer {
     ///
     /// [`ScheduleError::Full`] beyond `max_pending`, [`ScheduleError::Shutdown`] after
     /// shutdown; both hand the callback back.
-    ///
-    /// ```
-    /// use std::sync::mpsc;
-    /// use std::time::Duration;
-    ///
-    /// let timer = shardwheel::Timer::builder().shards(1).build().unwrap();
-    /// let (done, fired) = mpsc::channel();
-    /// timer.schedule(Duration::from_millis(1), move || done.send(()).unwrap()).unwrap();
-    /// fired.recv().unwrap();
-    /// ```
     ///
     /// ```
     /// use std::sync::mpsc;
@@ -248,20 +233,6 @@ impl Timer {
     /// timer.advance(Duration::from_secs(2)).unwrap();
     /// assert!(fired.load(Ordering::Relaxed));
     /// ```
-    ///
-    /// ```
-    /// use std::sync::atomic::{AtomicBool, Ordering};
-    /// use std::sync::Arc;
-    /// use std::time::Duration;
-    ///
-    /// let timer = shardwheel::Timer::builder().shards(1).manual().build().unwrap();
-    /// let fired = Arc::new(AtomicBool::new(false));
-    /// let flag = Arc::clone(&fired);
-    /// let at = timer.now() + Duration::from_secs(2);
-    /// timer.schedule_at(at, move || flag.store(true, Ordering::Relaxed)).unwrap();
-    /// timer.advance(Duration::from_secs(2)).unwrap();
-    /// assert!(fired.load(Ordering::Relaxed));
-    /// ```
     pub fn schedule_at(
         &self,
         instant: Instant,
@@ -284,14 +255,6 @@ impl<T: Send + 'static> Timer<T> {
     /// ```
     /// use std::time::Duration;
     ///
-    /// let timer = shardwheel::Timer::builder().shards(1).manual().build_with(|id: u64| println!("{id} expired")).unwrap();
-    /// timer.insert(Duration::from_secs(30), 7).unwrap();
-    /// assert_eq!(timer.pending(), 1);
-    /// ```
-    ///
-    /// ```
-    /// use std::time::Duration;
-    ///
     /// let builder = shardwheel::Timer::builder().shards(1).manual();
     /// let timer = builder.build_with(|id: u64| println!("{id} expired")).unwrap();
     /// timer.insert(Duration::from_secs(30), 7).unwrap();
@@ -307,15 +270,6 @@ impl<T: Send + 'static> Timer<T> {
     /// # Errors
     ///
     /// As [`insert`](Self::insert).
-    ///
-    /// ```
-    /// use std::time::Duration;
-    ///
-    /// let timer = shardwheel::Timer::builder().shards(1).manual().build_with(|_: &str| {}).unwrap();
-    /// timer.insert_at(timer.now() + Duration::from_secs(1), "session 9").unwrap();
-    /// timer.advance(Duration::from_secs(1)).unwrap();
-    /// assert_eq!(timer.pending(), 0); // fired
-    /// ```
     ///
     /// ```
     /// use std::time::Duration;
@@ -358,16 +312,6 @@ impl<T: Send + 'static> Timer<T> {
     /// assert!(!timer.cancel(handle)); // already cancelled
     /// timer.advance(Duration::from_secs(1)).unwrap();
     /// ```
-    ///
-    /// ```
-    /// use std::time::Duration;
-    ///
-    /// let timer = shardwheel::Timer::builder().shards(1).manual().build().unwrap();
-    /// let handle = timer.schedule(Duration::from_secs(1), || unreachable!()).unwrap();
-    /// assert!(timer.cancel(handle));
-    /// assert!(!timer.cancel(handle)); // already cancelled
-    /// timer.advance(Duration::from_secs(1)).unwrap();
-    /// ```
     pub fn cancel(&self, handle: TimerHandle) -> bool {
         self.scheduler.cancel(handle)
     }
@@ -383,17 +327,6 @@ impl<T: Send + 'static> Timer<T> {
     ///
     /// [`StaleHandle`] if the timer already ran or is running, was cancelled, or the handle
     /// is not this timer's; nothing changes then.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    ///
-    /// let timer = shardwheel::Timer::builder().shards(1).manual().build().unwrap();
-    /// let idle = timer.schedule(Duration::from_secs(30), || {}).unwrap();
-    /// timer.advance(Duration::from_secs(20)).unwrap();
-    /// timer.reset(idle, Duration::from_secs(30)).unwrap(); // a message: 30 s again
-    /// timer.advance(Duration::from_secs(20)).unwrap();
-    /// assert_eq!(timer.pending(), 1); // not at the old deadline
-    /// ```
     ///
     /// ```
     /// use std::time::Duration;
@@ -425,30 +358,12 @@ impl<T: Send + 'static> Timer<T> {
     /// timer.advance(Duration::from_secs(1)).unwrap();
     /// assert_eq!(timer.pending(), 0);
     /// ```
-    ///
-    /// ```
-    /// use std::time::Duration;
-    ///
-    /// let timer = shardwheel::Timer::builder().shards(1).manual().build().unwrap();
-    /// let retry = timer.schedule(Duration::from_secs(5), || {}).unwrap();
-    /// timer.reset_at(retry, timer.now() + Duration::from_secs(1)).unwrap();
-    /// timer.advance(Duration::from_secs(1)).unwrap();
-    /// assert_eq!(timer.pending(), 0);
-    /// ```
     pub fn reset_at(&self, handle: TimerHandle, instant: Instant) -> Result<(), StaleHandle> {
         self.scheduler
             .reset_due(handle, self.scheduler.deadline_at(instant))
     }
 
     /// Timers scheduled and not yet fired or cancelled.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    ///
-    /// let timer = shardwheel::Timer::builder().shards(1).manual().build().unwrap();
-    /// timer.schedule(Duration::from_secs(1), || {}).unwrap();
-    /// assert_eq!(timer.pending(), 1);
-    /// ```
     ///
     /// ```
     /// use std::time::Duration;
@@ -472,15 +387,6 @@ impl<T: Send + 'static> Timer<T> {
     /// timer.advance(Duration::ZERO).unwrap();
     /// assert_eq!(timer.panicked(), 1);
     /// ```
-    ///
-    /// ```
-    /// use std::time::Duration;
-    ///
-    /// let timer = shardwheel::Timer::builder().shards(1).manual().build().unwrap();
-    /// timer.schedule(Duration::ZERO, || panic!("a bug in a callback")).unwrap();
-    /// timer.advance(Duration::ZERO).unwrap();
-    /// assert_eq!(timer.panicked(), 1);
-    /// ```
     pub fn panicked(&self) -> u64 {
         self.scheduler.shards().iter().map(Shard::panicked).sum()
     }
@@ -488,15 +394,6 @@ impl<T: Send + 'static> Timer<T> {
     /// A snapshot of the counts and the lateness histogram, merged over the shards (see
     /// [`Stats`]). Takes each shard's statistics lock briefly; reapers record into it
     /// without contention otherwise.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    ///
-    /// let timer = shardwheel::Timer::builder().shards(1).manual().build().unwrap();
-    /// timer.schedule(Duration::from_millis(1), || {}).unwrap();
-    /// timer.advance(Duration::from_millis(1)).unwrap();
-    /// assert_eq!(timer.stats().fired, 1);
-    /// ```
     ///
     /// ```
     /// use std::time::Duration;
@@ -541,11 +438,6 @@ impl<T: Send + 'static> Timer<T> {
     /// let timer = shardwheel::Timer::builder().shards(3).manual().build().unwrap();
     /// assert_eq!(timer.shards(), 3);
     /// ```
-    ///
-    /// ```
-    /// let timer = shardwheel::Timer::builder().shards(3).manual().build().unwrap();
-    /// assert_eq!(timer.shards(), 3);
-    /// ```
     pub fn shards(&self) -> usize {
         self.scheduler.shards().len()
     }
@@ -561,17 +453,6 @@ impl<T: Send + 'static> Timer<T> {
     /// [`AdvanceError::NotManual`] for a timer with reaper threads;
     /// [`AdvanceError::Busy`] if another `advance` runs meanwhile (a callback calling it,
     /// or another thread).
-    ///
-    /// ```
-    /// use std::time::Duration;
-    ///
-    /// let timer = shardwheel::Timer::builder().shards(1).manual().build().unwrap();
-    /// timer.schedule(Duration::from_secs(60), || {}).unwrap();
-    /// timer.advance(Duration::from_secs(60)).unwrap();
-    /// assert_eq!(timer.pending(), 0);
-    /// let threaded = shardwheel::Timer::builder().shards(1).build().unwrap();
-    /// assert!(threaded.advance(Duration::from_secs(1)).is_err()); // NotManual
-    /// ```
     ///
     /// ```
     /// use std::time::Duration;
