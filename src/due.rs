@@ -11,9 +11,11 @@
 //! has moved on) and dropped.
 
 use crate::slots::Freed;
+use crate::stage::Stage;
 use crate::wheel::Wheel;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
+use std::sync::Arc;
 
 /// A shard's timers as its reaper keeps them (see the module doc).
 #[derive(Debug, Default)]
@@ -25,6 +27,10 @@ pub struct Due {
     pub(crate) freed: Freed,
     /// Whether the last pass left memory to give back (the reaper comes back soon).
     pub(crate) shrinking: bool,
+    /// The producers' stages the reaper collects (see `stage`).
+    pub(crate) stages: Vec<Arc<Stage>>,
+    /// A change came for a timer still staged (a reset): collect every stage this pass.
+    pub(crate) collect_all: bool,
 }
 
 /// A timer held until its exact deadline: its slot, as it stood when it was held.

@@ -109,6 +109,7 @@ mod shard;
 mod slab;
 mod sleep;
 mod slots;
+mod stage;
 mod stats;
 mod sync;
 mod timeout;
@@ -124,6 +125,7 @@ pub mod loom_api {
     pub use crate::due::Due;
     pub use crate::shard::{Refused, Shard};
     pub use crate::sleep::Shared as SleepShared;
+    pub use crate::stage::Stage;
 }
 
 pub use error::{

@@ -1,12 +1,18 @@
 //! What a timer needs to schedule, cancel and reset timers, apart from who drives its
 //! shards: its shards, its clock, and its id. Cheap to clone (it shares the shards), so
 //! that a periodic timer's callback can reschedule itself from a reaper thread.
+//!
+//! Each thread schedules on one shard, through a stage of its own there (see `stage`),
+//! which it finds in a thread-local list keyed by the timer's id and the shard (ids are
+//! never reused, so an entry never names another timer's shard). A thread that exits
+//! drops its list, letting go of its stages, which the reapers then collect.
 
 use crate::clock::{self, Clock};
 use crate::error::{ScheduleError, StaleHandle};
 use crate::handle::TimerHandle;
 use crate::shard::{Refused, Shard};
-use std::cell::Cell;
+use crate::stage::Stage;
+use std::cell::{Cell, RefCell};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -38,6 +44,56 @@ static NEXT_PRODUCER: AtomicUsize = AtomicUsize::new(0);
 thread_local! {
     /// This thread's shard, modulo the shard count: assigned once, kept after.
     static PRODUCER: Cell<Option<usize>> = const { Cell::new(None) };
+    /// This thread's stages, one per shard it schedules on.
+    static STAGES: RefCell<Vec<Staging>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A thread's stage on a shard of a timer, which it lets go of when the thread exits.
+struct Staging {
+    timer: u64,
+    shard: usize,
+    stage: Arc<Stage>,
+}
+
+impl Drop for Staging {
+    fn drop(&mut self) {
+        self.stage.let_go();
+    }
+}
+
+/// Runs `f` with this thread's stage on shard `shard` of timer `timer`, registering one
+/// with `register` if it has none; with none if it cannot have one (the shard shut down,
+/// the thread is exiting, or a payload's `Drop` schedules from inside `f`).
+fn with_stage<R>(
+    timer: u64,
+    shard: usize,
+    register: impl FnOnce() -> Option<Arc<Stage>>,
+    f: impl FnOnce(Option<&Stage>) -> R,
+) -> R {
+    let mut f = Some(f);
+    let mut run = |stage: Option<&Stage>| (f.take().expect("runs once"))(stage);
+    let done = STAGES.try_with(|stages| {
+        if let Ok(list) = stages.try_borrow()
+            && let Some(found) = list.iter().find(|s| s.timer == timer && s.shard == shard)
+        {
+            return Some(run(Some(&found.stage)));
+        }
+        let mut list = stages.try_borrow_mut().ok()?;
+        let stage = register()?;
+        // Stages of timers that shut down are forgotten as new ones come.
+        list.retain(|staging| !staging.stage.is_closed());
+        list.push(Staging {
+            timer,
+            shard,
+            stage: Arc::clone(&stage),
+        });
+        drop(list);
+        Some(run(Some(&stage)))
+    });
+    match done {
+        Ok(Some(result)) => result,
+        _ => run(None),
+    }
 }
 
 /// Makes the calling thread schedule on shard `index` (modulo a timer's shard count)
@@ -101,7 +157,17 @@ impl<T: Send + 'static> Scheduler<T> {
         payload: T,
     ) -> Result<TimerHandle, ScheduleError<T>> {
         let shard = self.producer_shard();
-        match self.shards[shard].schedule(deadline, payload) {
+        let on = &self.shards[shard];
+        let scheduled = with_stage(
+            self.id,
+            shard,
+            || on.register_stage(),
+            |stage| match stage {
+                Some(stage) => on.schedule_staged(stage, deadline, payload),
+                None => on.schedule(deadline, payload),
+            },
+        );
+        match scheduled {
             Ok((slot, generation)) => Ok(TimerHandle::new(self.id, shard as u32, slot, generation)),
             Err(Refused::Full(payload)) => Err(ScheduleError::Full(payload)),
             Err(Refused::Closed(payload)) => Err(ScheduleError::Shutdown(payload)),
@@ -129,8 +195,16 @@ impl<T: Send + 'static> Scheduler<T> {
 
     /// See [`Timer::cancel`](crate::Timer::cancel).
     pub(crate) fn cancel(&self, handle: TimerHandle) -> bool {
-        self.shard_of(handle)
-            .is_some_and(|shard| shard.cancel(handle.slot(), handle.generation()))
+        let Some(shard) = self.shard_of(handle) else {
+            return false;
+        };
+        let (slot, generation) = (handle.slot(), handle.generation());
+        with_stage(
+            self.id,
+            handle.shard() as usize,
+            || None,
+            |stage| shard.cancel_from(stage, slot, generation),
+        )
     }
 
     /// See [`Timer::reset`](crate::Timer::reset).

@@ -69,7 +69,6 @@ impl ShardStats {
     /// A pass took `arrivals` new timers and `changes` cancels and resets.
     pub(crate) fn pass(&mut self, arrivals: u64, changes: u64) {
         self.passes += 1;
-        self.scheduled += arrivals;
         if arrivals + changes > 0 {
             self.drained.saturating_record(arrivals + changes);
         }
@@ -79,9 +78,8 @@ impl ShardStats {
 /// A snapshot of a [`Timer`](crate::Timer)'s counts and lateness, merged over its shards;
 /// from [`Timer::stats`](crate::Timer::stats).
 ///
-/// The counts are those the reapers have seen: a timer scheduled or cancelled a moment ago
-/// is counted once its shard's reaper has taken it in (its next pass). Once the timer is
-/// quiet, `scheduled == fired + cancelled + pending`.
+/// Schedules, cancels and resets are counted by the threads that make them, fires by the
+/// reapers. Once the timer is quiet, `scheduled == fired + cancelled + pending`.
 ///
 /// ```
 /// use std::time::Duration;
@@ -100,9 +98,9 @@ impl ShardStats {
 /// ```
 #[derive(Clone)]
 pub struct Stats {
-    /// Timers the reapers have taken in.
+    /// Timers scheduled.
     pub scheduled: u64,
-    /// Timers cancelled (and freed by their reaper).
+    /// Timers cancelled.
     pub cancelled: u64,
     /// Successful resets.
     pub reset: u64,

@@ -3,12 +3,16 @@
 //! std's otherwise. Everything concurrent imports from here, never from `std` directly.
 
 #[cfg(loom)]
+pub(crate) use loom::sync::Mutex;
+#[cfg(loom)]
 pub(crate) use loom::sync::atomic::{
     AtomicBool, AtomicPtr, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence,
 };
 #[cfg(loom)]
 pub(crate) use loom::thread;
 
+#[cfg(not(loom))]
+pub(crate) use std::sync::Mutex;
 #[cfg(not(loom))]
 pub(crate) use std::sync::atomic::{
     AtomicBool, AtomicPtr, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence,
@@ -178,12 +182,7 @@ pub(crate) mod epoch {
 
     #[cfg(any(loom, miri))]
     mod model {
-        use crate::sync::{AtomicUsize, Ordering, fence};
-
-        #[cfg(loom)]
-        use loom::sync::Mutex;
-        #[cfg(not(loom))]
-        use std::sync::Mutex;
+        use crate::sync::{AtomicUsize, Mutex, Ordering, fence};
 
         #[cfg(loom)]
         loom::lazy_static! {

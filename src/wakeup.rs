@@ -74,6 +74,24 @@ impl Wakeup {
         }
     }
 
+    /// Whether the reaper, as last seen, plans to sleep past `deadline`: a producer about
+    /// to stage a timer due then hands it over at once instead. A hint; `sleeps_past`
+    /// decides.
+    pub(crate) fn plans_past(&self, deadline: u64) -> bool {
+        // Relaxed: a hint, as said.
+        deadline < self.plan.load(Ordering::Relaxed)
+    }
+
+    /// A producer has staged a timer due at `deadline` (see `stage`): whether the reaper
+    /// plans to sleep past it, in which case the producer hands its stage over and wakes
+    /// it.
+    pub(crate) fn sleeps_past(&self, deadline: u64) -> bool {
+        // The fence orders the stage's hints before the load of the plan, as a push's
+        // (module doc).
+        fence(Ordering::SeqCst);
+        deadline < self.plan.load(Ordering::Relaxed)
+    }
+
     /// A canceller has pushed the first of a batch: wakes the reaper if it sleeps, and not
     /// just for its tidy interval, so that the cancelled timers' memory comes back soon,
     /// not at the next deadline.

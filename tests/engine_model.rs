@@ -1,5 +1,6 @@
 //! Model-based property test of the engine: a manual `Timer` driven by random sequences of
-//! schedule / cancel / reset / foreign handles / advance, checked step by step against a
+//! schedule / cancel (on this thread, whose stage holds its timers, or on threads of their
+//! own) / reset / foreign handles / advance, checked step by step against a
 //! model (see `engine_model/harness.rs` for what is checked), then shut down.
 //!
 //! `PROPTEST_CASES` overrides the number of cases (2,000 by default).
@@ -25,6 +26,8 @@ fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         6 => nanos().prop_map(Op::Schedule),
         3 => any::<usize>().prop_map(Op::Cancel),
+        1 => nanos().prop_map(Op::ScheduleElsewhere),
+        1 => any::<usize>().prop_map(Op::CancelElsewhere),
         3 => (any::<usize>(), nanos()).prop_map(|(i, t)| Op::Reset(i, t)),
         1 => any::<usize>().prop_map(Op::Foreign),
         4 => nanos().prop_map(Op::Advance),

@@ -107,6 +107,8 @@ fn engine_op(u: &mut Unstructured) -> Result<engine_harness::Op> {
         6..=8 => Op::Cancel(u.arbitrary()?),
         9..=11 => Op::Reset(u.arbitrary()?, nanos(u)?),
         12 => Op::Foreign(u.arbitrary()?),
+        13 => Op::ScheduleElsewhere(nanos(u)?),
+        14 => Op::CancelElsewhere(u.arbitrary()?),
         _ => Op::Advance(nanos(u)?),
     })
 }

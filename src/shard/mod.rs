@@ -21,6 +21,7 @@
 //! their own.
 
 mod reaper;
+mod staged;
 #[cfg(test)]
 mod tests;
 mod wind_up;
@@ -29,12 +30,14 @@ use crate::bound::Bound;
 use crate::clock;
 use crate::inbox::{Closed, Inbox};
 use crate::slots::{
-    self, CANCELLED, FIRING, FLAGS, Freed, PENDING, Pin, QUEUED, RESETTING, Slot, Slots,
+    self, CANCELLED, FIRING, FLAGS, Freed, PENDING, Pin, QUEUED, RESETTING, STAGED, Slot, Slots,
 };
+use crate::stage::Stage;
 use crate::stats::ShardStats;
-use crate::sync::{self, AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use crate::sync::{self, AtomicBool, AtomicU64, Ordering};
 use crate::wakeup::Wakeup;
 use crossbeam_utils::CachePadded;
+use staged::Registry;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -88,17 +91,28 @@ pub struct Shard<T> {
     spin_nanos: u64,
     stopping: AtomicBool,
     panicked: AtomicU64,
+    /// Timers fired or handed back: counted by the reaper (or the wind-up).
+    out: AtomicU64,
+    /// Stages registered, and timers handed over, since the reaper last looked (see
+    /// `stage`).
+    registry: sync::Mutex<Registry>,
+    /// The registry has news (a stage, or timers handed over) for the reaper.
+    news: AtomicBool,
     /// The reaper's counts; see `stats`. (A std lock: it is not part of any protocol the
     /// loom models check, and the reaper never holds it while user code runs.)
     stats: Mutex<ShardStats>,
 }
 
-/// What producers count, on one cache line of their own.
+/// What producers count, on one cache line of their own: threads with a stage count their
+/// schedules and cancels there instead (see `stage`), and the stages of threads that
+/// exited are folded in here.
 struct ProducerCounts {
-    /// Timers scheduled and neither fired nor cancelled.
-    pending: AtomicUsize,
     /// Successful resets.
     resets: AtomicU64,
+    /// Timers scheduled.
+    scheduled: AtomicU64,
+    /// Successful cancels.
+    cancelled: AtomicU64,
 }
 
 impl<T> Shard<T> {
@@ -112,8 +126,9 @@ impl<T> Shard<T> {
             changes: CachePadded::new(Inbox::new()),
             wakeup: CachePadded::new(Wakeup::new()),
             counts: CachePadded::new(ProducerCounts {
-                pending: AtomicUsize::new(0),
                 resets: AtomicU64::new(0),
+                scheduled: AtomicU64::new(0),
+                cancelled: AtomicU64::new(0),
             }),
             stats: Mutex::new(ShardStats::new()),
             bound: Bound::new(max_pending),
@@ -123,6 +138,9 @@ impl<T> Shard<T> {
             spin_nanos: 0,
             stopping: AtomicBool::new(false),
             panicked: AtomicU64::new(0),
+            out: AtomicU64::new(0),
+            registry: sync::Mutex::new(Registry::default()),
+            news: AtomicBool::new(false),
         }
     }
 
@@ -140,18 +158,61 @@ impl<T> Shard<T> {
         self
     }
 
-    /// Counts a timer out of the pending ones (fired, cancelled, handed back, refused).
-    fn count_out(&self) {
-        // Relaxed: a count, not a synchronisation.
-        self.counts.pending.fetch_sub(1, Ordering::Relaxed);
+    /// Gives a timer's place under the bound back (fired, cancelled, handed back, refused).
+    fn discharge(&self) {
         if let Some(bound) = &self.bound {
             bound.discharge();
         }
     }
 
-    /// Timers scheduled and neither fired nor cancelled.
+    /// Counts a timer scheduled, in `stage` (the calling thread's) if given.
+    fn count_scheduled(&self, stage: Option<&Stage>) {
+        match stage {
+            Some(stage) => stage.count_scheduled(),
+            // Relaxed: a count.
+            None => drop(self.counts.scheduled.fetch_add(1, Ordering::Relaxed)),
+        }
+    }
+
+    /// Counts a timer cancelled, in `stage` (the calling thread's) if given, and gives
+    /// its place under the bound back.
+    fn count_cancelled(&self, stage: Option<&Stage>) {
+        match stage {
+            Some(stage) => stage.count_cancelled(),
+            // Relaxed: a count.
+            None => drop(self.counts.cancelled.fetch_add(1, Ordering::Relaxed)),
+        }
+        self.discharge();
+    }
+
+    /// Counts a timer fired or handed back, and gives its place under the bound back.
+    fn count_out(&self) {
+        // Relaxed: a count. (One thread counts at a time, the reaper or the wind-up.)
+        self.out.fetch_add(1, Ordering::Relaxed);
+        self.discharge();
+    }
+
+    /// Timers scheduled and cancelled so far, over the shared counts and every stage.
+    fn scheduled_and_cancelled(&self) -> (u64, u64) {
+        // Relaxed: counts.
+        let mut counted = (
+            self.counts.scheduled.load(Ordering::Relaxed),
+            self.counts.cancelled.load(Ordering::Relaxed),
+        );
+        for stage in &self.registry().all {
+            let (scheduled, cancelled) = stage.counts();
+            counted = (counted.0 + scheduled, counted.1 + cancelled);
+        }
+        counted
+    }
+
+    /// Timers scheduled and neither fired nor cancelled. (A count taken as timers come
+    /// and go may be off by those in flight.)
     pub fn pending(&self) -> usize {
-        self.counts.pending.load(Ordering::Relaxed)
+        let (scheduled, cancelled) = self.scheduled_and_cancelled();
+        // Relaxed: a count.
+        let out = cancelled + self.out.load(Ordering::Relaxed);
+        usize::try_from(scheduled.saturating_sub(out)).unwrap_or(usize::MAX)
     }
 
     /// Callbacks that panicked.
@@ -163,6 +224,7 @@ impl<T> Shard<T> {
     pub(crate) fn stats(&self) -> ShardStats {
         let mut stats = self.reaper_stats().clone();
         stats.reset = self.counts.resets.load(Ordering::Relaxed);
+        (stats.scheduled, stats.cancelled) = self.scheduled_and_cancelled();
         stats.pending = self.pending();
         stats.panicked = self.panicked();
         stats.slots = u64::from(self.slots.claimed());
@@ -177,13 +239,24 @@ impl<T> Shard<T> {
     /// Schedules `payload`, due at `deadline` (nanoseconds since the start); returns its
     /// slot and generation.
     pub fn schedule(&self, deadline: u64, payload: T) -> Result<(u32, u32), Refused<T>> {
+        let payload = self.admit(payload)?;
+        let scheduled = self.schedule_admitted(deadline, payload)?;
+        self.count_scheduled(None);
+        Ok(scheduled)
+    }
+
+    /// Takes a place under the bound for a new timer, if there is one.
+    fn admit(&self, payload: T) -> Result<T, Refused<T>> {
         if self.bound.as_ref().is_some_and(|bound| !bound.admit()) {
             return Err(Refused::Full(payload));
         }
-        // Relaxed: a count, not a synchronisation.
-        self.counts.pending.fetch_add(1, Ordering::Relaxed);
+        Ok(payload)
+    }
+
+    /// `schedule` for a timer `admit` let in: pushes it on the inbox. The caller counts it.
+    fn schedule_admitted(&self, deadline: u64, payload: T) -> Result<(u32, u32), Refused<T>> {
         let Some((index, slot)) = self.slots.take() else {
-            self.count_out();
+            self.discharge();
             return Err(Refused::Full(payload));
         };
         // Relaxed: the slot is ours; `take` synchronised with whoever freed it.
@@ -202,7 +275,7 @@ impl<T> Shard<T> {
             let mut freed = Freed::new();
             self.slots.release(index, slot, generation, &mut freed);
             self.slots.recycle(&mut freed);
-            self.count_out();
+            self.discharge();
             return Err(Refused::Closed(payload));
         }
         self.wakeup.notify(deadline);
@@ -214,7 +287,14 @@ impl<T> Shard<T> {
 
     /// Cancels the timer in slot `index` of generation `generation`; true if it was pending
     /// (it will never run now), false for a fired, cancelled or unknown one.
+    #[cfg(any(test, loom))]
     pub fn cancel(&self, index: u32, generation: u32) -> bool {
+        self.cancel_from(None, index, generation)
+    }
+
+    /// `cancel`, from the thread that owns `stage` (if given): a timer still staged there
+    /// is taken out at once, and its slot kept for the thread's next timer.
+    pub fn cancel_from(&self, stage: Option<&Stage>, index: u32, generation: u32) -> bool {
         // Pinned if need be: a stale handle's slot may be in a chunk the reaper gives back
         // meanwhile.
         let guard = Pin::for_slot(index);
@@ -227,8 +307,13 @@ impl<T> Shard<T> {
             if current & !FLAGS != slots::word(generation, PENDING) {
                 return false;
             }
-            // A reset under way pushes the change when it is done; otherwise this does.
-            let queue = if current & RESETTING == 0 { QUEUED } else { 0 };
+            // A reset under way pushes the change when it is done, and the holder of a
+            // staged timer's stage frees it; otherwise this pushes the change.
+            let queue = if current & (RESETTING | STAGED) == 0 {
+                QUEUED
+            } else {
+                0
+            };
             let cancelled = slots::word(generation, CANCELLED) | (current & FLAGS) | queue;
             // AcqRel on success: Acquire sees the payload the producer published (the
             // reaper drops it later on our behalf) and orders the push below after the
@@ -244,8 +329,13 @@ impl<T> Shard<T> {
                 Err(seen) => current = seen,
             }
         }
-        self.count_out();
-        if current & (RESETTING | QUEUED) == 0 {
+        self.count_cancelled(stage);
+        if current & STAGED != 0 {
+            if let Some(payload) = stage.and_then(|stage| self.reclaim(stage, index, slot)) {
+                drop(guard);
+                self.contain(|| drop(payload));
+            }
+        } else if current & (RESETTING | QUEUED) == 0 {
             match self.changes.push(index, &slot.change_link) {
                 Ok(0) => self.wakeup.notify_sleeping(),
                 Ok(BACKLOG) => self.wakeup.notify_backlog(),

@@ -8,7 +8,7 @@ use super::{BATCH, SHRINK_INTERVAL, Shard, TIDY_INTERVAL};
 use crate::clock::{self, Clock};
 use crate::due::{Due, Near};
 use crate::slab::NIL;
-use crate::slots::{self, CANCELLED, FIRING, Freed, PENDING, QUEUED, RESETTING, Slot};
+use crate::slots::{self, CANCELLED, FIRING, Freed, PENDING, QUEUED, RESETTING, STAGED, Slot};
 use crate::sync::{self, Ordering};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::Duration;
@@ -29,15 +29,12 @@ impl<T> Shard<T> {
             if self.stopping.load(Ordering::Relaxed) {
                 break;
             }
-            let next = due.wheel.next_deadline();
-            if next.is_some_and(|tick| tick <= now) {
+            if due.wheel.next_deadline().is_some_and(|tick| tick <= now) {
                 continue;
             }
-            // The start of the next due tick, or the earliest exact deadline held.
-            let next_tick = next.map(|tick| tick.saturating_mul(self.tick_nanos));
-            let wake_at = match (next_tick, due.next_near()) {
-                (Some(tick), Some(near)) => Some(tick.min(near)),
-                (tick, near) => tick.or(near),
+            let wake_at = match (self.wake_target(&due), self.next_staged(&due)) {
+                (Some(wheel), Some(staged)) => Some(wheel.min(staged)),
+                (wheel, staged) => wheel.or(staged),
             };
             if wake_at.is_some_and(|at| at <= clock.elapsed()) {
                 continue;
@@ -45,10 +42,10 @@ impl<T> Shard<T> {
             if let Some(at) =
                 wake_at.filter(|at| at.saturating_sub(clock.elapsed()) <= self.spin_nanos)
             {
-                self.spin_until(at, clock);
+                self.spin_until(&due, at, clock);
                 continue;
             }
-            if self.may_sleep(wake_at.unwrap_or(u64::MAX), tidying) {
+            if self.may_sleep(&due, wake_at.unwrap_or(u64::MAX), tidying) {
                 // With a spin, wake that much early and spin the rest (above).
                 let until_next = wake_at.map(|at| {
                     Duration::from_nanos(at.saturating_sub(self.spin_nanos + clock.elapsed()))
@@ -69,12 +66,26 @@ impl<T> Shard<T> {
         self.wind_up(&mut due)
     }
 
+    /// When the reaper next has work in its wheel: the start of the next due tick, or the
+    /// earliest exact deadline held (nanoseconds since the start).
+    fn wake_target(&self, due: &Due) -> Option<u64> {
+        let next_tick = due
+            .wheel
+            .next_deadline()
+            .map(|tick| tick.saturating_mul(self.tick_nanos));
+        match (next_tick, due.next_near()) {
+            (Some(tick), Some(near)) => Some(tick.min(near)),
+            (tick, near) => tick.or(near),
+        }
+    }
+
     /// Spins until `at` (nanoseconds since the start), or until work arrives or the shard
     /// stops.
-    pub(super) fn spin_until(&self, at: u64, clock: &Clock) {
+    pub(super) fn spin_until(&self, due: &Due, at: u64, clock: &Clock) {
         while clock.elapsed() < at
             && self.inbox.is_empty()
             && self.changes.is_empty()
+            && !self.stages_due_before(due, at)
             // Relaxed: a reason to stop spinning early; `run` looks again properly.
             && !self.stopping.load(Ordering::Relaxed)
         {
@@ -113,7 +124,10 @@ impl<T> Shard<T> {
         let changes = self.changes.take_all();
         let arrivals = self.inbox.take_all();
         let arrived = self.arrive(due, arrivals, &mut freed, &mut catch_up);
-        let (changed, cancelled) = self.apply_changes(due, changes, &mut freed, &mut catch_up);
+        let changed = self.apply_changes(due, changes, &mut freed, &mut catch_up);
+        // The stages last: a change may have asked for them all. Those holding a timer
+        // already due come in now; the reaper wakes for the others (see `stage`).
+        let arrived = arrived + self.collect_stages(due, &mut freed, elapsed());
         catch_up(due, &mut freed);
         self.slots.recycle(&mut freed);
         // Both, every pass: `|` rather than `||`.
@@ -121,7 +135,6 @@ impl<T> Shard<T> {
         due.freed = freed;
         let mut stats = self.reaper_stats();
         stats.pass(arrived, changed);
-        stats.cancelled += cancelled;
         stats.cascaded = due.wheel.cascaded();
         changes != NIL || due.shrinking
     }
@@ -212,9 +225,12 @@ impl<T> Shard<T> {
     /// The reaper's side of the park handshake: plans to sleep until `wake_at` (nanoseconds
     /// since the start; or, if `tidying`, no longer than `TIDY_INTERVAL`), and says whether
     /// it may (nothing arrived meanwhile).
-    pub fn may_sleep(&self, wake_at: u64, tidying: bool) -> bool {
+    pub fn may_sleep(&self, due: &Due, wake_at: u64, tidying: bool) -> bool {
         self.wakeup.plan_sleep(wake_at, tidying);
-        self.inbox.is_empty() && self.changes.is_empty() && !self.stopping.load(Ordering::Relaxed)
+        self.inbox.is_empty()
+            && self.changes.is_empty()
+            && !self.stages_due_before(due, wake_at)
+            && !self.stopping.load(Ordering::Relaxed)
     }
 
     /// Links newly arrived timers into the wheel, except those cancelled on the way, with
@@ -234,17 +250,37 @@ impl<T> Shard<T> {
             }
             let slot = self.slot(at);
             let next = slot.link.load(Ordering::Relaxed);
-            // Acquire: pairs with the canceller's Release (the inbox swap already made the
-            // producer's writes visible).
-            let (_, state) = slots::split(slot.state.load(Ordering::Acquire));
-            if state == PENDING {
-                // A reset under way may be writing the deadline: either value will do, as
-                // its change moves the timer once it lands.
-                self.place_at_deadline(due, at, slot);
-            }
+            self.arrive_slot(due, at, slot, freed);
             at = next;
         }
         arrived
+    }
+
+    /// Takes in a timer that arrived, from the inbox or a stage: links it into the wheel,
+    /// unless it was cancelled on the way; a staged one, the reaper unstages, and frees if
+    /// it was cancelled (no change will come for it).
+    pub(super) fn arrive_slot(&self, due: &mut Due, index: u32, slot: &Slot<T>, freed: &mut Freed) {
+        // Acquire: pairs with the canceller's Release (the inbox swap, or the stage's
+        // Acquire, already made the producer's writes visible).
+        let mut word = slot.state.load(Ordering::Acquire);
+        if word & STAGED != 0 {
+            // Only the stage's holder clears the flag, so it is still set. AcqRel: Acquire
+            // as above, and a resetter's deadline; Release orders the stager's writes of
+            // the slot's links before those of a canceller or resetter that now sees the
+            // flag clear and pushes a change.
+            word = slot.state.fetch_and(!STAGED, Ordering::AcqRel);
+            if let (generation, CANCELLED) = slots::split(word)
+                && word & (QUEUED | RESETTING) == 0
+            {
+                self.free_cancelled(due, index, slot, generation, freed);
+                return;
+            }
+        }
+        if slots::split(word).1 == PENDING {
+            // A reset under way may be writing the deadline: either value will do, as
+            // its change moves the timer once it lands.
+            self.place_at_deadline(due, index, slot);
+        }
     }
 
     /// Links slot `index` into the wheel at `deadline`, or moves it there if it is in.
@@ -270,15 +306,15 @@ impl<T> Shard<T> {
     }
 
     /// Applies the cancels and resets on the changes list, with `between` after every
-    /// `BATCH` of them; returns how many changes it took, and how many were cancels.
+    /// `BATCH` of them; returns how many changes it took.
     pub(super) fn apply_changes(
         &self,
         due: &mut Due,
         mut at: u32,
         freed: &mut Freed,
         between: &mut dyn FnMut(&mut Due, &mut Freed),
-    ) -> (u64, u64) {
-        let (mut changed, mut cancelled) = (0, 0);
+    ) -> u64 {
+        let mut changed = 0;
         while at != NIL {
             changed += 1;
             if changed % BATCH == 0 {
@@ -291,12 +327,15 @@ impl<T> Shard<T> {
             // start as soon as QUEUED is clear.
             let word = slot.state.fetch_and(!QUEUED, Ordering::AcqRel);
             debug_assert_ne!(word & QUEUED, 0);
-            // Under a reset, the resetter pushes the slot again when it is done.
-            if word & RESETTING == 0 {
+            // Under a reset, the resetter pushes the slot again when it is done. A staged
+            // timer has not arrived: it comes with its stage, which a reset needs now (a
+            // cancelled one, the stage's holder frees).
+            if word & STAGED != 0 {
+                due.collect_all |= word & RESETTING == 0 && slots::split(word).1 == PENDING;
+            } else if word & RESETTING == 0 {
                 match slots::split(word) {
                     (generation, CANCELLED) => {
                         self.free_cancelled(due, at, slot, generation, freed);
-                        cancelled += 1;
                     }
                     (_, state) => {
                         debug_assert_eq!(state, PENDING, "queued slots do not fire");
@@ -306,7 +345,7 @@ impl<T> Shard<T> {
             }
             at = next;
         }
-        (changed, cancelled)
+        changed
     }
 
     /// Unlinks a cancelled timer from the wheel, drops its payload, frees its slot.

@@ -80,27 +80,54 @@ fn payloads_cross_threads_once_each() {
             shard.wind_up(&mut due).len()
         })
     };
+    // Producer 0 stages its timers, and hands some to a thread that cancels them; producer
+    // 1 pushes each on the inbox.
+    let (send, receive) = std::sync::mpsc::channel::<(u32, u32)>();
+    let canceller = {
+        let shard = Arc::clone(&shard);
+        std::thread::spawn(move || {
+            receive
+                .into_iter()
+                .filter(|&(slot, generation)| shard.cancel(slot, generation))
+                .count()
+        })
+    };
     let producers: Vec<_> = (0..2)
         .map(|p| {
             let shard = Arc::clone(&shard);
+            let send = send.clone();
             std::thread::spawn(move || {
+                let stage = (p == 0).then(|| shard.register_stage().expect("running"));
                 let mut cancelled = 0;
                 for i in 0..PER_PRODUCER {
                     let id = p * PER_PRODUCER + i;
-                    let (slot, generation) =
-                        shard.schedule(id % 50, Box::new(id)).expect("no bound");
+                    let (slot, generation) = match &stage {
+                        Some(stage) => shard.schedule_staged(stage, id % 50, Box::new(id)),
+                        None => shard.schedule(id % 50, Box::new(id)),
+                    }
+                    .expect("no bound");
                     if i % 3 == 0 {
                         shard.reset(slot, generation, id % 7);
                     }
-                    if i % 2 == 0 && shard.cancel(slot, generation) {
+                    if i % 5 == 1 {
+                        send.send((slot, generation)).unwrap();
+                    } else if i % 2 == 0 && shard.cancel_from(stage.as_deref(), slot, generation) {
                         cancelled += 1;
                     }
+                }
+                if let Some(stage) = stage {
+                    stage.let_go();
                 }
                 cancelled
             })
         })
         .collect();
-    let cancelled: usize = producers.into_iter().map(|p| p.join().unwrap()).sum();
+    drop(send);
+    let cancelled: usize = producers
+        .into_iter()
+        .map(|p| p.join().unwrap())
+        .sum::<usize>()
+        + canceller.join().unwrap();
     stop.store(true, Ordering::Release);
     let unfired = reaper.join().unwrap();
     assert_eq!(
@@ -108,4 +135,54 @@ fn payloads_cross_threads_once_each() {
         2 * PER_PRODUCER as usize
     );
     assert_eq!(shard.pending(), 0);
+}
+
+/// A timer its own thread cancels while it is still staged never reaches the reaper: its
+/// slot is the thread's next, in the next generation, with no pass in between.
+#[test]
+fn a_timer_cancelled_while_staged_gives_its_slot_back_to_its_owner() {
+    let shard = exact_shard();
+    let stage = shard.register_stage().unwrap();
+    let (index, generation) = shard.schedule_staged(&stage, 5_000, Box::new(1)).unwrap();
+    assert!(shard.cancel_from(Some(&stage), index, generation));
+    assert!(!shard.cancel_from(Some(&stage), index, generation), "once");
+    let again = shard.schedule_staged(&stage, 5_000, Box::new(2)).unwrap();
+    assert_eq!(again, (index, generation + 1));
+    assert_eq!(
+        shard.inbox.take_all(),
+        crate::slab::NIL,
+        "nothing handed over"
+    );
+    assert_eq!(shard.pending(), 1);
+    // The timer left staged reaches the reaper when it is due, and fires.
+    let mut due = Due::new();
+    let fired = AtomicUsize::new(0);
+    let count = |payload: Box<u64>| {
+        assert_eq!(*payload, 2);
+        fired.fetch_add(1, Ordering::Relaxed);
+    };
+    shard.pass(&mut due, 4, &|| 4_999, &count);
+    assert_eq!(fired.load(Ordering::Relaxed), 0, "not due yet");
+    shard.pass(&mut due, 5, &|| 5_000, &count);
+    assert_eq!(fired.load(Ordering::Relaxed), 1);
+    assert_eq!(shard.pending(), 0);
+}
+
+/// A timer another thread cancels while it is staged is freed by whoever hands the stage
+/// over, once, and never fires; the stage's own cancels and schedules go on meanwhile.
+#[test]
+fn a_staged_timer_cancelled_by_another_thread_is_dropped_once() {
+    let shard = exact_shard();
+    let stage = shard.register_stage().unwrap();
+    let (index, generation) = shard.schedule_staged(&stage, 5_000, Box::new(1)).unwrap();
+    std::thread::scope(|s| {
+        s.spawn(|| assert!(shard.cancel(index, generation)));
+    });
+    assert!(!shard.cancel_from(Some(&stage), index, generation));
+    let mut due = Due::new();
+    shard.pass(&mut due, 9, &|| 9_000, &|_| panic!("cancelled"));
+    assert_eq!(shard.pending(), 0);
+    assert!(shard.wind_up(&mut due).is_empty());
+    let stats = shard.stats();
+    assert_eq!((stats.scheduled, stats.cancelled), (1, 1));
 }

@@ -1,5 +1,6 @@
-//! Shutdown's last step on a shard: after the reaper's last pass it closes both inboxes
-//! (producers whose push is refused take their timer back; cancellers and resetters whose
+//! Shutdown's last step on a shard: after the reaper's last pass it collects and closes
+//! every producer's stage (from then on producers go to the inbox), then closes both
+//! inboxes (producers whose push is refused take their timer back; cancellers and resetters whose
 //! change is refused drop a cancelled payload themselves) and hands back every timer still
 //! pending, held ones by the generation they were held at.
 
@@ -12,17 +13,13 @@ impl<T> Shard<T> {
     /// At shutdown, after the last pass: refuses new timers and changes, and hands back
     /// every pending payload.
     pub fn wind_up(&self, due: &mut Due) -> Vec<T> {
+        let mut freed = std::mem::take(&mut due.freed);
+        // The stages first: an owner asked to hand its timers over pushes them on the inbox.
+        self.close_stages(due, &mut freed);
         let changes = self.changes.close();
         let arrivals = self.inbox.close();
-        let mut freed = std::mem::take(&mut due.freed);
-        let arrived = self.arrive(due, arrivals, &mut freed, &mut |_, _| {});
-        let (_, cancelled) = self.apply_changes(due, changes, &mut freed, &mut |_, _| {});
-        {
-            // Counted as a pass would, so that the counts add up after shutdown too.
-            let mut stats = self.reaper_stats();
-            stats.scheduled += arrived;
-            stats.cancelled += cancelled;
-        }
+        self.arrive(due, arrivals, &mut freed, &mut |_, _| {});
+        self.apply_changes(due, changes, &mut freed, &mut |_, _| {});
         // A held timer names its generation: its slot may have moved on since (cancelled,
         // freed and taken again by a producer that is still to find the inbox closed, so
         // its new timer is not the reaper's to take). A slot in the wheel is current: the

@@ -10,8 +10,8 @@
 //! slot the closed inbox refused (a tagged push is safe with any number of pushers). The
 //! spare stack of a shrink (below) works the same way, popped by producers and the reaper.
 //!
-//! Each slot has one state word: generation (high 32 bits), state (low 2 bits) and two
-//! flags above the state, `RESETTING` and `QUEUED`:
+//! Each slot has one state word: generation (high 32 bits), state (low 2 bits) and three
+//! flags above the state, `RESETTING`, `QUEUED` and `STAGED`:
 //!
 //! ```text
 //!   g|FREE --producer--> g|PENDING --reaper--> g|FIRING    --reaper--> (g+1)|FREE
@@ -32,10 +32,16 @@
 //!   marks the slot `CANCELLED` and leaves the flag for the resetter to clear).
 //! - `QUEUED` says the slot is on the shard's list of changes (cancels and resets), so it
 //!   is pushed there at most once at a time; the reaper clears it as it takes the change.
+//! - `STAGED` says the timer waits in its producer's stage (see `stage`), not yet handed to
+//!   the reaper: a cancel then pushes no change, and the stage's holder (its owner
+//!   handing it over, or the reaper collecting it) clears the flag and frees the slot if
+//!   it was cancelled, once no change and no reset holds it (neither `QUEUED` nor
+//!   `RESETTING`). A reset pushes its change as usual; the reaper, finding the slot
+//!   still staged, collects the stages.
 //! - Only the reaper moves a published slot to `(g+1)|FREE`, after it has taken the
 //!   payload and unlinked the slot from its wheel (a producer may free a slot it never
-//!   published); a slot whose generation would wrap is retired
-//!   instead of reused, so no handle ever names a later timer.
+//!   published, or a staged one it reclaims from its own stage); a slot whose generation
+//!   would wrap is retired instead of reused, so no handle ever names a later timer.
 //!
 //! Chunks (`chunk`) and the memory a shard gives back after a spike (`shrink`) have
 //! modules of their own.
@@ -66,8 +72,11 @@ const STATE_MASK: u64 = 3;
 pub(crate) const RESETTING: u64 = 4;
 /// Flag: the slot is on the shard's list of changes.
 pub(crate) const QUEUED: u64 = 8;
-/// Both flags.
-pub(crate) const FLAGS: u64 = RESETTING | QUEUED;
+/// Flag: the timer is staged (see `stage`): it has not reached the reaper yet, so a cancel
+/// pushes no change, and whoever hands it over frees it if it was cancelled.
+pub(crate) const STAGED: u64 = 16;
+/// The flags.
+pub(crate) const FLAGS: u64 = RESETTING | QUEUED | STAGED;
 
 /// Set in `Slots::claimed` while the reaper gives the top chunk back.
 const CLOSED: u64 = 1 << 32;
@@ -433,13 +442,30 @@ impl<T> Slots<T> {
         // Acquire) also sees everything the reaper did with the payload.
         slot.state
             .store(word(next_generation, FREE), Ordering::Release);
-        if next_generation == 0 {
-            return;
+        if next_generation != 0 {
+            self.keep(index, slot, freed);
         }
+    }
+
+    /// Chains a free slot on `freed` (or holds it back, while the reaper gives its chunk
+    /// back): the reaper taking back the free slots a stage kept.
+    pub(crate) fn keep(&self, index: u32, slot: &Slot<T>, freed: &mut Freed) {
         match &mut freed.shrink {
             Some(shrink) if index >= shrink.limit => shrink.hold(index, slot),
             _ => freed.chain.push(index, slot),
         }
+    }
+
+    /// Frees a slot whose payload its owner took, for the owner to take again itself (a
+    /// stage's free slots): bumps its generation; false if that would wrap (the slot is
+    /// retired).
+    pub(crate) fn renew(slot: &Slot<T>, generation: u32) -> bool {
+        let next_generation = generation.wrapping_add(1);
+        // Relaxed: the owner keeps the slot; whoever takes it from the owner later does so
+        // through the stage's Acquire and Release.
+        slot.state
+            .store(word(next_generation, FREE), Ordering::Relaxed);
+        next_generation != 0
     }
 
     /// Pushes the slots chained on `freed` on the free stack, with one CAS for them all:
@@ -525,6 +551,11 @@ impl Freed {
             shrink: None,
             flushes: 0,
         }
+    }
+
+    /// Whether the reaper is giving memory back (and wants every free slot it can get).
+    pub(crate) fn is_shrinking(&self) -> bool {
+        self.shrink.is_some()
     }
 }
 

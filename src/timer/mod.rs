@@ -95,6 +95,16 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// A callback that panics is caught and counted ([`panicked`](Self::panicked)); the shard
 /// goes on.
 ///
+/// # Hand-over
+///
+/// Each thread schedules on one shard, and its new timers wait in a batch of its own (up
+/// to 4,096) until the batch is full or the reaper needs them: a timer due before the
+/// reaper's planned wake-up goes to it at once, and the reaper wakes for the earliest
+/// timer waiting in any batch, so no timer fires late for waiting there. Most timers are
+/// cancelled soon after they are made; cancelled by their own thread while they wait,
+/// they cost no work on the reaper and no cache line shared with it. A thread that exits
+/// leaves its batch to the reaper.
+///
 /// # Memory
 ///
 /// A shard's memory grows with the most timers it had pending at once, and comes back on
@@ -297,11 +307,15 @@ impl<T: Send + 'static> Timer<T> {
 
     /// Cancels a timer: true if it was pending and now will never run; false if it already
     /// ran or is running, was cancelled, or the handle is not this timer's. O(1), lock-free,
-    /// from any thread; the slot is freed by the next reaper pass, which a cancel starts.
+    /// from any thread.
     ///
-    /// The payload of a cancelled timer is dropped on the reaper, except during a
-    /// shutdown: a cancel that comes after the reaper stopped taking cancels drops the
-    /// payload itself, on the calling thread, before it returns.
+    /// A timer cancelled by the thread that scheduled it, while it still waits in that
+    /// thread's batch for the reaper (see "Hand-over" in the type's docs), never reaches
+    /// the reaper: its payload is dropped on the calling thread before `cancel` returns,
+    /// and its slot is that thread's next. Otherwise the payload is dropped on the reaper,
+    /// which frees the slot on its next pass; except during a shutdown: a cancel that comes
+    /// after the reaper stopped taking cancels drops the payload itself, on the calling
+    /// thread, before it returns.
     ///
     /// ```
     /// use std::time::Duration;

@@ -25,10 +25,23 @@ pub const TICK_NANOS: u64 = 1_000_000;
 pub enum Op {
     Schedule(u64),
     Cancel(usize),
+    /// Schedule on a thread that exits at once, leaving the timer in its stage.
+    ScheduleElsewhere(u64),
+    /// Cancel on a thread of its own (a staged timer cancelled by another thread).
+    CancelElsewhere(usize),
     Reset(usize, u64),
     /// Cancel, then reset, with a handle of another timer.
     Foreign(usize),
     Advance(u64),
+}
+
+/// Runs `f` on a thread of its own that ends with it if `elsewhere`, else on this one.
+fn on_thread<R: Send>(elsewhere: bool, f: impl FnOnce() -> R + Send) -> R {
+    if elsewhere {
+        std::thread::scope(|s| s.spawn(f).join().expect("no panic"))
+    } else {
+        f()
+    }
 }
 
 macro_rules! ensure {
@@ -121,9 +134,13 @@ impl Harness {
     /// Applies one operation to the timer and the model and compares them.
     pub fn apply(&mut self, op: &Op) -> Result<(), String> {
         match *op {
-            Op::Schedule(delay) => {
+            Op::Schedule(delay) | Op::ScheduleElsewhere(delay) => {
                 let payload = self.handles.len() as u64;
-                let result = self.timer.insert(Duration::from_nanos(delay), payload);
+                let elsewhere = matches!(op, Op::ScheduleElsewhere(_));
+                let timer = &self.timer;
+                let result = on_thread(elsewhere, || {
+                    timer.insert(Duration::from_nanos(delay), payload)
+                });
                 if self.pending.len() >= self.bound {
                     ensure!(
                         matches!(result, Err(ScheduleError::Full(p)) if p == payload),
@@ -138,12 +155,14 @@ impl Harness {
                 self.done.push(false);
                 self.pending.insert(payload, self.deadline(delay));
             }
-            Op::Cancel(index) => {
+            Op::Cancel(index) | Op::CancelElsewhere(index) => {
                 let Some((payload, handle)) = self.pick(index) else {
                     return Ok(());
                 };
                 let was_pending = self.pending.remove(&payload).is_some();
-                let cancelled = self.timer.cancel(handle);
+                let timer = &self.timer;
+                let elsewhere = matches!(op, Op::CancelElsewhere(_));
+                let cancelled = on_thread(elsewhere, || timer.cancel(handle));
                 ensure!(
                     cancelled == was_pending,
                     "cancel of {payload} (pending: {was_pending}) returned {cancelled}"

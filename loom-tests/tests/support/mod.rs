@@ -110,7 +110,7 @@ pub fn spawn_reaper(
             if done(&h) {
                 break;
             }
-            if h.shard.may_sleep(plan, false) {
+            if h.shard.may_sleep(&due, plan, false) {
                 loom::thread::park();
             }
         }

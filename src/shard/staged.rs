@@ -1,0 +1,385 @@
+//! The shard's side of staging (see `stage`): a producer stages its new timers and hands
+//! them over in batches, reclaims the slots of those it cancels while they are staged, and
+//! the reaper collects the stages that hold a timer due.
+//!
+//! A batch is handed over as the stage's list of slot numbers, put in the shard's registry
+//! under its lock (once per `STAGE_LEN` timers), rather than linked through the slots onto
+//! the inbox: linking would make the owner touch every slot again, long after it wrote
+//! it, and with a million timers pending those lines are out of its cache by then.
+
+use super::{Refused, Shard};
+use crate::due::Due;
+use crate::slots::{self, CANCELLED, Freed, PENDING, QUEUED, RESETTING, STAGED, Slot, Slots};
+use crate::stage::{FREE_LEN, STAGE_LEN, Stage, Take};
+use crate::sync::{Ordering, thread};
+#[cfg(loom)]
+use loom::sync::MutexGuard;
+#[cfg(not(loom))]
+use std::sync::MutexGuard;
+use std::sync::{Arc, PoisonError};
+
+/// The stages registered with a shard, and the batches handed over, that its reaper has
+/// not yet picked up.
+#[derive(Debug, Default)]
+pub(super) struct Registry {
+    new: Vec<Arc<Stage>>,
+    /// Batches of staged timers (slot numbers) handed over by their owners.
+    handed: Vec<Vec<u32>>,
+    /// Every stage whose owner has not let go: their counts are the shard's.
+    pub(super) all: Vec<Arc<Stage>>,
+    /// The shard shut down: no stage is registered any more.
+    closed: bool,
+}
+
+impl<T> Shard<T> {
+    /// A new stage for the calling thread to stage its timers on; none once the shard has
+    /// shut down. The reaper picks it up at its next pass.
+    pub fn register_stage(&self) -> Option<Arc<Stage>> {
+        let mut registry = self.registry();
+        if registry.closed {
+            return None;
+        }
+        let stage = Arc::new(Stage::new());
+        registry.new.push(Arc::clone(&stage));
+        registry.all.push(Arc::clone(&stage));
+        drop(registry);
+        self.announce();
+        Some(stage)
+    }
+
+    /// Tells the reaper the registry has news. Relaxed: ordered before the reaper's look
+    /// by the fence of the stager's or hand-over's handshake (see `stage`); the registry's
+    /// lock orders the rest. A swap rather than a store: loom checks the fence handshake
+    /// for a read-modify-write (as the inbox push), not for a plain store, and news is
+    /// rare.
+    fn announce(&self) {
+        self.news.swap(true, Ordering::Relaxed);
+    }
+
+    /// Schedules `payload`, due at `deadline`, on `stage` (the calling thread's own): as
+    /// `schedule`, but the timer waits in the stage unless it is due before the reaper's
+    /// planned wake-up, or the stage is full.
+    pub fn schedule_staged(
+        &self,
+        stage: &Stage,
+        deadline: u64,
+        payload: T,
+    ) -> Result<(u32, u32), Refused<T>> {
+        let payload = self.admit(payload)?;
+        if self.wakeup.plans_past(deadline) || !stage.try_own() {
+            let scheduled = self.schedule_admitted(deadline, payload)?;
+            stage.count_scheduled();
+            return Ok(scheduled);
+        }
+        // SAFETY: taken just above.
+        let free = unsafe { stage.with(|held| held.free.pop()) };
+        let taken = match free {
+            // SAFETY: a free slot the stage kept is its owner's, which keeps its chunk.
+            Some(index) => unsafe { self.slots.owned(index) }.map(|slot| (index, slot)),
+            None => self.slots.take(),
+        };
+        let Some((index, slot)) = taken else {
+            self.leave(stage);
+            self.discharge();
+            return Err(Refused::Full(payload));
+        };
+        // Relaxed: the slot is ours (see `schedule_admitted`).
+        let (generation, _) = slots::split(slot.state.load(Ordering::Relaxed));
+        // SAFETY: the slot was just taken and is not yet published.
+        unsafe { slot.write_payload(payload) };
+        // Relaxed: the deadline, place and state are published with the stage (its
+        // Release), or with the inbox push that hands the stage over.
+        slot.deadline.store(deadline, Ordering::Relaxed);
+        // The earliest deadline staged so far, as the holder of the stage last recorded it.
+        let earliest = stage.min();
+        // SAFETY: the stage is held.
+        let len = unsafe {
+            stage.with(|held| {
+                slot.link.store(held.staged.len() as u32, Ordering::Relaxed);
+                held.staged.push(index);
+                held.staged.len()
+            })
+        };
+        slot.state
+            .store(slots::word(generation, PENDING) | STAGED, Ordering::Relaxed);
+        stage.set_hints(len, earliest.map_or(deadline, |min| min.min(deadline)));
+        if len == STAGE_LEN {
+            self.hand_over(stage);
+        }
+        self.leave(stage);
+        // The handshake with the reaper's plan (see `stage`): a reaper that planned to
+        // sleep past this timer meanwhile gets it now. Only for a new earliest deadline:
+        // a timer due no earlier than one already staged is covered by that one's
+        // handshake (the reaper wakes for it, and collects the whole stage then, or its
+        // owner handed it over and the stage was empty).
+        if earliest.is_none_or(|min| deadline < min) && self.wakeup.sleeps_past(deadline) {
+            if stage.try_own() {
+                self.hand_over(stage);
+                self.leave(stage);
+            }
+            // Otherwise the reaper took the stage after this timer was staged in it: it
+            // has it, and may be about to sleep past it.
+            self.wakeup.wake();
+        }
+        stage.count_scheduled();
+        Ok((index, generation))
+    }
+
+    /// The owner gives its stage back, handing its timers over first if the reaper asked.
+    fn leave(&self, stage: &Stage) {
+        if !stage.leave() {
+            self.hand_over(stage);
+            stage.release();
+        }
+    }
+
+    /// The owner, holding its stage, hands the timers staged over to the reaper as one
+    /// batch, and wakes it if it planned to sleep past the earliest of them.
+    fn hand_over(&self, stage: &Stage) {
+        // SAFETY: the caller holds the stage.
+        let batch = unsafe {
+            stage.with(|held| std::mem::replace(&mut held.staged, Vec::with_capacity(STAGE_LEN)))
+        };
+        let min = stage.min().unwrap_or(u64::MAX);
+        stage.set_hints(0, u64::MAX);
+        if batch.is_empty() {
+            return;
+        }
+        // The stage is not closed (the owner holds it), so neither is the registry: the
+        // shutdown closes the stages first and takes the batches then (`close_stages`).
+        self.registry().handed.push(batch);
+        self.announce();
+        // As a push (see `wakeup`): a reaper that planned to sleep past the earliest of
+        // them is woken. It may have looked at the stage before they were staged.
+        self.wakeup.notify(min);
+        self.wakeup.notify_backlog();
+    }
+
+    /// Takes the payload of a staged slot that was cancelled and frees the slot into the
+    /// stage's `free` slots (or `spill`, if they are full), if no change and no reset
+    /// holds it; `None` (and nothing done) otherwise. (A staged timer cancelled by another
+    /// thread the reaper frees when it takes it in.)
+    fn reclaim_slot(
+        &self,
+        free: &mut Vec<u32>,
+        index: u32,
+        slot: &Slot<T>,
+        spill: &mut Freed,
+    ) -> Option<T> {
+        // Acquire: pairs with the reaper's Release as it clears `QUEUED`, after its last
+        // read of the slot's `change_link`, which a later timer in the slot may write.
+        let word = slot.state.load(Ordering::Acquire);
+        let (generation, state) = slots::split(word);
+        if state != CANCELLED || word & (QUEUED | RESETTING) != 0 {
+            return None;
+        }
+        debug_assert_ne!(word & STAGED, 0, "only the stage's holder unstages");
+        // SAFETY: the slot is staged here, so no reaper has seen it, and it is cancelled
+        // with no change or reset on it: nobody else takes its payload or touches it.
+        let payload = unsafe { slot.take_payload() };
+        if free.len() < FREE_LEN {
+            if Slots::renew(slot, generation) {
+                free.push(index);
+            }
+        } else {
+            self.slots.release(index, slot, generation, spill);
+        }
+        Some(payload)
+    }
+
+    /// The owner cancelled the timer of generation `generation` in slot `index` while it
+    /// was staged: if it is still in `stage`, takes it out, and its slot for the owner's
+    /// next timer; returns the payload to drop.
+    pub(super) fn reclaim(&self, stage: &Stage, index: u32, slot: &Slot<T>) -> Option<T> {
+        if !stage.try_own() {
+            return None;
+        }
+        let mut spill = Freed::new();
+        // SAFETY: taken just above.
+        let (payload, len) = unsafe {
+            stage.with(|held| {
+                // Relaxed: the slot's place was written by this thread when it staged it.
+                // If the slot is no longer in this stage, the check below fails: a slot is
+                // in one stage at most, only the owner puts it there, and it is not
+                // staging now.
+                let place = slot.link.load(Ordering::Relaxed) as usize;
+                if held.staged.get(place) != Some(&index) {
+                    return (None, held.staged.len());
+                }
+                let payload = self.reclaim_slot(&mut held.free, index, slot, &mut spill);
+                if payload.is_some() {
+                    held.staged.swap_remove(place);
+                    if let Some(&moved) = held.staged.get(place) {
+                        // Relaxed: as above.
+                        self.staged_slot(moved)
+                            .link
+                            .store(place as u32, Ordering::Relaxed);
+                    }
+                }
+                (payload, held.staged.len())
+            })
+        };
+        // The earliest deadline stays as it was: a hint that may be early, never late.
+        stage.set_hints(len, stage.min().unwrap_or(u64::MAX));
+        self.slots.recycle(&mut spill);
+        self.leave(stage);
+        payload
+    }
+
+    /// A slot in a stage held by the caller.
+    fn staged_slot(&self, index: u32) -> &Slot<T> {
+        // SAFETY: a staged slot is pending or cancelled, never free, so its chunk stays.
+        unsafe { self.slots.owned(index) }.expect("staged slots are installed")
+    }
+
+    /// The reaper's collection at the end of a pass: picks up new stages, and collects
+    /// those that hold a timer due at or before `by` (nanoseconds since the start; all of
+    /// them if a change asked for it), or whose owner let go. Returns how many timers it
+    /// took in.
+    pub(super) fn collect_stages(&self, due: &mut Due, freed: &mut Freed, by: u64) -> u64 {
+        // Relaxed: see `register_stage`.
+        let mut arrived = 0;
+        // Relaxed: see `announce`.
+        if self.news.swap(false, Ordering::Relaxed) {
+            let handed = {
+                let mut registry = self.registry();
+                due.stages.append(&mut registry.new);
+                std::mem::take(&mut registry.handed)
+            };
+            arrived += self.take_batches(due, freed, handed);
+        }
+        let all = std::mem::take(&mut due.collect_all);
+        let shrinking = freed.is_shrinking();
+        let mut stages = std::mem::take(&mut due.stages);
+        stages.retain(|stage| {
+            let gone = stage.is_gone();
+            if all || gone || shrinking || stage.min().is_some_and(|min| min <= by) {
+                match stage.try_take() {
+                    Take::Taken => {
+                        arrived += self.take_stage(due, stage, freed, gone || shrinking);
+                        stage.release();
+                    }
+                    // The owner hands it over as it leaves; gone, it is not inside.
+                    Take::Asked => {}
+                    Take::Closed => return false,
+                }
+            }
+            if gone {
+                self.retire(stage);
+            }
+            !gone
+        });
+        due.stages = stages;
+        arrived
+    }
+
+    /// Takes in batches of staged timers their owners handed over; returns how many.
+    fn take_batches(&self, due: &mut Due, freed: &mut Freed, handed: Vec<Vec<u32>>) -> u64 {
+        let mut arrived = 0;
+        for batch in handed {
+            arrived += batch.len() as u64;
+            // Newest first, as the inbox hands timers over: timers overdue by the same
+            // pass then fire oldest first.
+            for index in batch.into_iter().rev() {
+                self.arrive_slot(due, index, self.slot(index), freed);
+            }
+        }
+        arrived
+    }
+
+    /// Forgets a stage whose owner let go, keeping its counts.
+    fn retire(&self, stage: &Arc<Stage>) {
+        let mut registry = self.registry();
+        let (scheduled, cancelled) = stage.counts();
+        // Relaxed: counts; folded in under the registry's lock, as `pending` reads them.
+        self.counts
+            .scheduled
+            .fetch_add(scheduled, Ordering::Relaxed);
+        self.counts
+            .cancelled
+            .fetch_add(cancelled, Ordering::Relaxed);
+        registry.all.retain(|kept| !Arc::ptr_eq(kept, stage));
+    }
+
+    /// The registry of stages, locked.
+    pub(super) fn registry(&self) -> MutexGuard<'_, Registry> {
+        // Nothing panics while it is held: a poisoned one is whole.
+        self.registry.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Takes in the timers of a stage the reaper holds, and its free slots if `free` (its
+    /// owner let go, or a shrink needs them). Returns how many timers it took in.
+    fn take_stage(&self, due: &mut Due, stage: &Stage, freed: &mut Freed, free: bool) -> u64 {
+        // SAFETY: the caller holds the stage.
+        let arrived = unsafe {
+            stage.with(|held| {
+                if free {
+                    for index in held.free.drain(..) {
+                        self.slots.keep(index, self.slot(index), freed);
+                    }
+                }
+                let arrived = held.staged.len() as u64;
+                // Newest first, as the inbox hands them over: timers overdue by the same
+                // pass then fire oldest first.
+                for index in held.staged.drain(..).rev() {
+                    self.arrive_slot(due, index, self.slot(index), freed);
+                }
+                arrived
+            })
+        };
+        stage.set_hints(0, u64::MAX);
+        arrived
+    }
+
+    /// At shutdown, before the inboxes close: collects every stage, waiting for owners
+    /// inside to leave, and closes it, so that from now on producers go to the inbox.
+    /// Returns how many timers it took in.
+    pub(super) fn close_stages(&self, due: &mut Due, freed: &mut Freed) -> u64 {
+        {
+            let mut registry = self.registry();
+            registry.closed = true;
+            due.stages.append(&mut registry.new);
+        }
+        let mut arrived = 0;
+        for stage in std::mem::take(&mut due.stages) {
+            loop {
+                match stage.try_take() {
+                    Take::Taken => {
+                        arrived += self.take_stage(due, &stage, freed, false);
+                        stage.close();
+                        break;
+                    }
+                    // The owner is between two instructions and hands its timers to the
+                    // inbox as it leaves; it never waits on us.
+                    Take::Asked => thread::yield_now(),
+                    Take::Closed => break,
+                }
+            }
+        }
+        // What owners handed over, before the stages closed or while they waited.
+        let handed = std::mem::take(&mut self.registry().handed);
+        arrived + self.take_batches(due, freed, handed)
+    }
+
+    /// The earliest deadline staged in any stage, as last recorded (nanoseconds since the
+    /// start): the reaper wakes for it. Not in a stage whose owner it asked to hand over:
+    /// the owner's push wakes it (rather than the reaper spinning until the owner leaves).
+    pub(super) fn next_staged(&self, due: &Due) -> Option<u64> {
+        due.stages
+            .iter()
+            .filter(|stage| !stage.is_asked())
+            .filter_map(|stage| stage.min())
+            .min()
+    }
+
+    /// Whether a stage holds a timer due before `wake_at`, or the registry has news: the reaper's last look before it parks (see `stage`). A stage whose
+    /// owner the reaper asked to hand over does not count: the owner's push wakes it.
+    pub(super) fn stages_due_before(&self, due: &Due, wake_at: u64) -> bool {
+        // Relaxed: ordered by the park handshake's fence, as the hints are.
+        self.news.load(Ordering::Relaxed)
+            || due
+                .stages
+                .iter()
+                .any(|stage| stage.min().is_some_and(|min| min < wake_at) && !stage.is_asked())
+    }
+}
