@@ -134,7 +134,11 @@ fn a_manual_timers_instants_follow_its_own_time_not_the_real_one() {
     let mut passed = timer.sleep_until(start - ms(1));
     assert_eq!(poll(&mut passed), Poll::Ready(Ok(())));
     assert!(poll(&mut sleep).is_pending());
-    assert_eq!(timer.pending(), 2, "schedule_at's and the sleep's; none for the passed one");
+    assert_eq!(
+        timer.pending(),
+        2,
+        "schedule_at's and the sleep's; none for the passed one"
+    );
     timer.advance(ms(49)).unwrap();
     assert!(poll(&mut sleep).is_pending());
     timer.advance(ms(1)).unwrap();
