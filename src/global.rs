@@ -44,6 +44,14 @@ impl EngineRef {
         EngineRef(None)
     }
 
+    /// Lets go of the engine (its reference count, if any): the future is done with it.
+    #[inline]
+    pub(crate) fn release(&mut self) {
+        if let Some(engine) = self.0.take() {
+            drop(engine);
+        }
+    }
+
     pub(crate) fn scheduler(&self) -> &Scheduler<Callback> {
         match &self.0 {
             Some(engine) => engine.scheduler(),
