@@ -22,6 +22,15 @@ pub(crate) fn nanos(duration: Duration) -> u64 {
     u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
 }
 
+/// `now + delay`; past what an `Instant` can hold (centuries away), 30 years after `now`,
+/// as tokio's far future.
+pub(crate) fn instant_after(now: Instant, delay: Duration) -> Instant {
+    const FAR: Duration = Duration::from_secs(30 * 365 * 86_400);
+    now.checked_add(delay)
+        .or_else(|| now.checked_add(FAR))
+        .unwrap_or(now)
+}
+
 /// The tick a deadline is filed under: the first that starts at or after it.
 pub(crate) fn tick_of(deadline: u64, tick_nanos: u64) -> u64 {
     deadline.div_ceil(tick_nanos)
@@ -94,15 +103,9 @@ impl Clock {
         tick_at(elapsed, self.tick_nanos)
     }
 
-    /// The instant of a deadline (`elapsed` nanoseconds since the start); one past what an
-    /// `Instant` can hold (centuries away) saturates to 30 years after the start, as
-    /// tokio's far future does.
+    /// The instant of a deadline (`elapsed` nanoseconds since the start).
     pub(crate) fn instant_of(&self, elapsed: u64) -> Instant {
-        const FAR: Duration = Duration::from_secs(30 * 365 * 86_400);
-        self.start
-            .checked_add(Duration::from_nanos(elapsed))
-            .or_else(|| self.start.checked_add(FAR))
-            .unwrap_or(self.start)
+        instant_after(self.start, Duration::from_nanos(elapsed))
     }
 
     /// The deadline of `instant`; instants before the start are due at once.

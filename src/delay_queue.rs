@@ -11,6 +11,7 @@
 //! could be cancelled leaves a `Due` whose epoch (a count of the queue's schedules) no
 //! longer matches its value's, and that `Due` is dropped when popped.
 
+use crate::clock;
 use crate::error::{ScheduleError, StaleKey};
 use crate::handle::TimerHandle;
 use crate::timer::Timer;
@@ -556,15 +557,8 @@ impl<T> DelayQueue<T> {
 
     /// `delay` from now by the timer's clock; far deadlines saturate to far ones.
     fn after(&self, delay: Duration) -> Instant {
-        let now = self.timer.now();
-        now.checked_add(delay).unwrap_or_else(|| far_after(now))
+        clock::instant_after(self.timer.now(), delay)
     }
-}
-
-/// As far after `now` as an `Instant` goes, within 30 years (tokio's far future).
-pub(crate) fn far_after(now: Instant) -> Instant {
-    const FAR: Duration = Duration::from_secs(30 * 365 * 86_400);
-    now.checked_add(FAR).unwrap_or(now)
 }
 
 /// The values live in a `Vec` and move with it: the queue never pins them.

@@ -6,6 +6,7 @@
 //! so a server on a [manual](crate::Builder::manual) timer runs its timeouts on the manual
 //! time.
 
+use crate::clock;
 use crate::sleep::Sleep;
 use crate::timer::Timer;
 use std::future::Future;
@@ -79,7 +80,7 @@ impl hyper::rt::Sleep for HyperSleep {}
 impl hyper::rt::Timer for HyperTimer {
     /// The deadline is fixed now (`now() + duration`), as hyper expects of its timers.
     fn sleep(&self, duration: Duration) -> Pin<Box<dyn hyper::rt::Sleep>> {
-        self.sleep_until(self.timer.now() + duration)
+        self.sleep_until(clock::instant_after(self.timer.now(), duration))
     }
 
     fn sleep_until(&self, deadline: Instant) -> Pin<Box<dyn hyper::rt::Sleep>> {

@@ -8,6 +8,7 @@
 //! (`Burst`), start again a period after now (`Delay`), or go on at the next tick of the
 //! original grid after now (`Skip`).
 
+use crate::clock;
 use crate::error::{PeriodicError, SleepError};
 use crate::sleep::Sleep;
 use crate::timer::Timer;
@@ -34,23 +35,23 @@ pub enum MissedTickBehavior {
 impl MissedTickBehavior {
     /// The deadline of the tick after the one due at `tick`, which came at `now`.
     fn next(self, tick: Instant, now: Instant, period: Duration) -> Instant {
-        let on_grid = tick.checked_add(period);
-        if now <= tick + MISSED_AFTER {
-            return on_grid.unwrap_or(tick);
-        }
+        // A period too long for an `Instant` puts the next tick far away, never back at
+        // this one (which would tick without end).
+        let on_grid = clock::instant_after(tick, period);
+        let missed = tick
+            .checked_add(MISSED_AFTER)
+            .is_some_and(|late| now > late);
         match self {
-            MissedTickBehavior::Burst => on_grid.unwrap_or(tick),
-            MissedTickBehavior::Delay => now.checked_add(period).unwrap_or(now),
+            _ if !missed => on_grid,
+            MissedTickBehavior::Burst => on_grid,
+            MissedTickBehavior::Delay => clock::instant_after(now, period),
             MissedTickBehavior::Skip => {
                 let period_nanos = period.as_nanos();
                 let behind = (now - tick).as_nanos() % period_nanos;
                 // `behind < period`, so it fits a u64 whenever the period does; a period
                 // too long for that is never missed by `now`.
-                let to_next = period_nanos - behind;
-                now.checked_add(Duration::from_nanos(
-                    u64::try_from(to_next).unwrap_or(u64::MAX),
-                ))
-                .unwrap_or(now)
+                let to_next = u64::try_from(period_nanos - behind).unwrap_or(u64::MAX);
+                clock::instant_after(now, Duration::from_nanos(to_next))
             }
         }
     }
@@ -153,11 +154,7 @@ impl Interval {
     /// assert!(interval.poll_tick(&mut cx).is_ready());
     /// ```
     pub fn reset(&mut self) {
-        self.next = self
-            .timer
-            .now()
-            .checked_add(self.period)
-            .unwrap_or_else(|| crate::delay_queue::far_after(self.timer.now()));
+        self.next = clock::instant_after(self.timer.now(), self.period);
         self.sleep.reset(self.next);
     }
 

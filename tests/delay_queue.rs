@@ -171,3 +171,14 @@ fn a_queue_is_a_stream_of_its_expired_values() {
     let ids: Vec<u64> = futures::executor::block_on(queue.map(|e| e.into_inner()).collect());
     assert_eq!(ids, [1, 2, 3]);
 }
+
+#[test]
+fn huge_delays_are_far_deadlines_not_panics() {
+    let timer = Timer::builder().shards(1).manual().build().unwrap();
+    let mut queue = DelayQueue::new(&timer);
+    let key = queue.insert(1, Duration::MAX).unwrap();
+    let year = Duration::from_secs(365 * 86_400);
+    assert!(queue.deadline(key).unwrap() > timer.now() + year);
+    queue.reset(key, Duration::MAX).unwrap();
+    assert!(queue.deadline(key).unwrap() > timer.now() + year);
+}

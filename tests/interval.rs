@@ -121,3 +121,16 @@ fn an_interval_is_a_stream_of_ticks() {
             .all(|pair| pair[0].unwrap() < pair[1].unwrap())
     );
 }
+
+// A period past what an `Instant` holds used to put the next tick back at the first one,
+// which then came again at every poll.
+#[test]
+fn a_huge_period_ticks_once_then_waits() {
+    let timer = Timer::builder().shards(1).manual().build().unwrap();
+    let mut interval = timer.interval(Duration::MAX).unwrap();
+    let mut cx = Context::from_waker(Waker::noop());
+    assert!(interval.poll_tick(&mut cx).is_ready(), "the first, at once");
+    assert!(interval.poll_tick(&mut cx).is_pending());
+    interval.reset();
+    assert!(interval.poll_tick(&mut cx).is_pending());
+}
