@@ -1,5 +1,5 @@
 //! W1 (churn: schedule + cancel at a steady pending count) and W4 (memory per pending
-//! timer) of ../shared/WORKLOADS.md, for shardwheel's `Wheel` and its peers, in one process.
+//! timer) of benches/README.md, for shardwheel's `Wheel` and its peers, in one process.
 //!
 //! Peers, each driven through its own API the way a user would:
 //! - `shardwheel`: `Wheel<u64>`, deadlines in 1 ms ticks from the wheel's current tick.

@@ -1,6 +1,6 @@
 //! W1 (churn at a steady pending count), W2 (a million timers fire), W3 (request timeouts
 //! from T threads, 90 % cancelled), W5 (idle cost) and W6 (precision under light load) of
-//! ../shared/WORKLOADS.md, for shardwheel's `Timer` (with exact deadlines, and variants:
+//! benches/README.md, for shardwheel's `Timer` (with exact deadlines, and variants:
 //! tick-rounded, no lateness recording, a 100 us tick, a spin) and tokio's timers, in one
 //! process. (Issue 7's spike has its own bench, `spike.rs`, on the system allocator.)
 //!

@@ -1,5 +1,5 @@
 //! Timeouts as async code uses them, inside a tokio multi-thread runtime with 2 workers:
-//! the async workloads of ../shared/WORKLOADS.md, made of tasks.
+//! the async workloads of benches/README.md, made of tasks.
 //!
 //! - **W3-async**: W3 made of tasks. 256 tasks each run 4,000 requests under a timeout of
 //!   uniform [100 ms, 10 s]; the request's work yields once (so the timeout has to register

@@ -1,6 +1,13 @@
 //! What a [`Timer`](crate::Timer) of callbacks runs when a timer fires.
+//!
+//! A callback is `Send + Sync`, so that an error carrying one back
+//! ([`ScheduleError<Callback>`](crate::ScheduleError)) goes into
+//! `Box<dyn Error + Send + Sync>` and `anyhow::Error` with `?`. The closure is only `Send`:
+//! it is kept in an `Exclusive`, which no shared reference can reach into (the idea of
+//! std's unstable `std::sync::Exclusive`), so sharing a callback shares nothing of it.
 
 use crate::sleep::Alarm;
+use exclusive::Exclusive;
 use std::fmt;
 
 /// A timer's callback: a boxed closure from [`Timer::schedule`](crate::Timer::schedule),
@@ -10,7 +17,7 @@ use std::fmt;
 pub struct Callback(Job);
 
 enum Job {
-    Closure(Box<dyn FnOnce() + Send + 'static>),
+    Closure(Exclusive<Box<dyn FnOnce() + Send + 'static>>),
     /// A sleep's own kind, so that a sleep costs one allocation (its shared state), not two.
     Wake(Alarm),
 }
@@ -18,7 +25,7 @@ enum Job {
 impl Callback {
     /// A callback that runs `f`.
     pub fn new(f: impl FnOnce() + Send + 'static) -> Self {
-        Callback(Job::Closure(Box::new(f)))
+        Callback(Job::Closure(Exclusive::new(Box::new(f))))
     }
 
     pub(crate) fn wake(alarm: Alarm) -> Self {
@@ -30,7 +37,7 @@ impl Callback {
     /// [`SleepError::Shutdown`](crate::SleepError::Shutdown) instead.)
     pub fn run(self) {
         match self.0 {
-            Job::Closure(f) => f(),
+            Job::Closure(f) => f.into_inner()(),
             Job::Wake(alarm) => alarm.ring(),
         }
     }
@@ -45,6 +52,29 @@ impl fmt::Debug for Callback {
     }
 }
 
+mod exclusive {
+    /// A value that only its owner can reach: no method takes `&self`, and the field is
+    /// private to this module, so a `&Exclusive` gives access to nothing.
+    pub(super) struct Exclusive<T>(T);
+
+    impl<T> Exclusive<T> {
+        pub(super) fn new(value: T) -> Self {
+            Exclusive(value)
+        }
+
+        pub(super) fn into_inner(self) -> T {
+            self.0
+        }
+    }
+
+    // SAFETY: `Sync` lets threads share `&Exclusive<T>`. Through a shared reference
+    // nothing reaches the `T`: the field is private to this module, whose only access is
+    // `into_inner(self)`, which takes the value whole, by value, on the one thread that
+    // owns it. So no two threads can ever touch the `T` at once, whatever `T` is; moving
+    // it between threads is `Send`'s business, which stays `T`'s (the auto trait).
+    unsafe impl<T> Sync for Exclusive<T> {}
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -56,5 +86,12 @@ mod tests {
             std::mem::size_of::<Callback>(),
             std::mem::size_of::<Box<dyn FnOnce()>>()
         );
+    }
+
+    #[test]
+    fn a_callback_is_send_and_sync() {
+        fn send_sync<T: Send + Sync + 'static>() {}
+        send_sync::<Callback>();
+        send_sync::<crate::ScheduleError<Callback>>();
     }
 }

@@ -69,6 +69,7 @@ impl std::fmt::Debug for Key {
 }
 
 /// Bits of a handle that name its shard; the timer's id has the other 48 of a `u64`.
+#[cfg(feature = "engine")]
 pub(crate) const SHARD_BITS: u32 = 16;
 
 /// Names one timer of a [`Timer`](crate::Timer): the timer, the shard, the slot and the
@@ -78,6 +79,7 @@ pub(crate) const SHARD_BITS: u32 = 16;
 /// [`Timer::cancel`](crate::Timer::cancel) with it returns false, even once the slot holds
 /// another timer, and so does a handle of another `Timer`: every `Timer` a process builds
 /// has an id of its own, never given again.
+#[cfg(feature = "engine")]
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct TimerHandle {
     /// The timer's id in the high 48 bits, the shard in the low 16.
@@ -86,6 +88,7 @@ pub struct TimerHandle {
     generation: u32,
 }
 
+#[cfg(feature = "engine")]
 impl TimerHandle {
     /// The handle of slot `slot` at `generation` in shard `shard` (below 2^16) of timer
     /// `timer` (below 2^48).
@@ -114,6 +117,7 @@ impl TimerHandle {
     }
 }
 
+#[cfg(feature = "engine")]
 impl std::fmt::Debug for TimerHandle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
@@ -129,9 +133,12 @@ impl std::fmt::Debug for TimerHandle {
 
 #[cfg(test)]
 mod tests {
-    use super::{Key, SHARD_BITS, TimerHandle};
+    use super::Key;
+    #[cfg(feature = "engine")]
+    use super::{SHARD_BITS, TimerHandle};
     use proptest::prelude::*;
 
+    #[cfg(feature = "engine")]
     proptest! {
         // Timer ids were 32 bits: after 2^32 timers were built, a handle of the first
         // could name a slot of a later one.
@@ -150,7 +157,9 @@ mod tests {
             let after_2_32 = TimerHandle::new(timer ^ (1 << 32), shard, slot, generation);
             prop_assert_ne!(after_2_32, handle);
         }
+    }
 
+    proptest! {
         #[test]
         fn bits_round_trip(index: u32, generation: u32) {
             let key = Key::new(index, generation);

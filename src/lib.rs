@@ -82,40 +82,72 @@
 //! the engine cannot see whether the tasks of an arbitrary executor are idle; a test
 //! advances explicitly, which also says in the test how much time it means to pass.
 //!
+//! # Features
+//!
+//! - `engine` (default): [`Timer`] and everything built on it, with its reaper threads.
+//!   Without it (`default-features = false`) the crate is [`Wheel`] alone and has no
+//!   dependency.
+//! - `mmap` (default): on Linux the slabs' chunks are mapped from the OS, large ones as
+//!   huge pages, so memory given back after a spike leaves the process whatever the global
+//!   allocator; without it the global allocator serves them.
+//! - `metrics`: `Timer::record_metrics` gives the counts and lateness, per shard, to the
+//!   `metrics` facade's recorder.
+//! - `tracing`: a callback's panic, caught by its reaper, is logged as an error event with
+//!   its message.
+//! - `hyper`: `HyperTimer`, hyper 1.x's `rt::Timer` on the engine (header-read and
+//!   keep-alive timeouts on shardwheel).
+//! - `stream`: `futures_core::Stream` for [`delay_queue::DelayQueue`] and [`Interval`].
+//!
 //! The modules, each in its own file: `wheel` (levels, buckets, the bucket heap), `slab`
 //! (entries and generations), `handle` (keys), `timer` (the engine's API), `scheduler`,
 //! `shard` (a shard and its reaper), `slots` (the shared slab of timer slots), `inbox`,
 //! `wakeup` (the park handshake), `sleep`, `timeout`, `global` (the process-wide timer
 //! and a future's handle to its engine), `interval`, `delay_queue`, `hyper_timer`,
-//! `periodic`, `purgatory`, `stats`, `error`.
+//! `periodic`, `purgatory`, `stats`, `observe` (metrics and tracing), `error`.
 
-mod bound;
-mod callback;
-mod clock;
-pub mod delay_queue;
-mod due;
+/// Items of the engine, built with the `engine` feature (the way tokio's `cfg_rt!` gates
+/// its runtime).
+macro_rules! cfg_engine {
+    ($($item:item)*) => {
+        $(
+            #[cfg(feature = "engine")]
+            $item
+        )*
+    };
+}
+
 mod error;
-mod global;
 mod handle;
+mod pages;
+mod slab;
+mod wheel;
+
+cfg_engine! {
+    mod bound;
+    mod callback;
+    mod clock;
+    pub mod delay_queue;
+    mod due;
+    mod global;
+    mod inbox;
+    mod interval;
+    mod observe;
+    mod periodic;
+    pub mod purgatory;
+    mod scheduler;
+    mod shard;
+    mod sleep;
+    mod slots;
+    mod stage;
+    mod stats;
+    mod sync;
+    mod timeout;
+    mod timer;
+    mod wakeup;
+}
+// `hyper` implies `engine`.
 #[cfg(feature = "hyper")]
 mod hyper_timer;
-mod inbox;
-mod interval;
-mod pages;
-mod periodic;
-pub mod purgatory;
-mod scheduler;
-mod shard;
-mod slab;
-mod sleep;
-mod slots;
-mod stage;
-mod stats;
-mod sync;
-mod timeout;
-mod timer;
-mod wakeup;
-mod wheel;
 
 /// The engine's internals, for the loom models in `loom-tests/` only: built under
 /// `--cfg loom` and never part of the API.
@@ -128,24 +160,28 @@ pub mod loom_api {
     pub use crate::stage::Stage;
 }
 
-pub use error::{
-    AdvanceError, BuildError, Full, PeriodicError, ScheduleError, SleepError, StaleHandle,
-    StaleKey, TimeoutError,
-};
+pub use error::{Full, StaleKey};
+pub use handle::Key;
+pub use wheel::{DrainExpired, Expired, Wheel};
+cfg_engine! {
+    pub use callback::Callback;
+    pub use error::{
+        AdvanceError, BuildError, PeriodicError, ScheduleError, SleepError, StaleHandle,
+        TimeoutError,
+    };
+    pub use global::{sleep, sleep_until, timeout, timeout_at};
+    pub use handle::TimerHandle;
+    pub use interval::{Interval, MissedTickBehavior};
+    pub use periodic::{Period, Periodic};
+    pub use sleep::Sleep;
+    pub use timeout::Timeout;
+    pub use stats::{Counts, Stats};
+    pub use timer::{Builder, Timer};
+}
+#[cfg(feature = "hyper")]
+pub use hyper_timer::HyperTimer;
 
 /// The README's example, compiled and run as a doc test.
 #[doc = include_str!("../README.md")]
-#[cfg(doctest)]
+#[cfg(all(doctest, feature = "engine"))]
 pub struct ReadmeDoctests;
-pub use callback::Callback;
-pub use global::{sleep, sleep_until, timeout, timeout_at};
-pub use handle::{Key, TimerHandle};
-#[cfg(feature = "hyper")]
-pub use hyper_timer::HyperTimer;
-pub use interval::{Interval, MissedTickBehavior};
-pub use periodic::{Period, Periodic};
-pub use sleep::Sleep;
-pub use stats::Stats;
-pub use timeout::Timeout;
-pub use timer::{Builder, Timer};
-pub use wheel::{DrainExpired, Expired, Wheel};

@@ -5,19 +5,19 @@
 //! nothing. The global allocator need not return a large block it is handed back: mimalloc
 //! keeps memory that one thread frees cached for the thread that allocated it (after a
 //! spike of ten million timers, 641 MB of 880 MB stayed resident once the engine had freed
-//! everything), and arena allocators keep large blocks too. So on Linux each chunk is its
-//! own anonymous mapping (`mmap`), and giving it back unmaps it (`munmap`): the pages go
-//! back to the OS whatever the allocator. Chunks are few (their sizes double) and made or
-//! given back rarely, so a system call each costs nothing measurable. The memory comes
-//! zeroed and is committed page by page as it is first touched, as `alloc_zeroed` gives it
-//! for large blocks. Elsewhere, and under Miri (which cannot map memory), the global
-//! allocator serves.
+//! everything), and arena allocators keep large blocks too. So on Linux, with the `mmap`
+//! feature (a default), each chunk is its own anonymous mapping (`mmap`), and giving it
+//! back unmaps it (`munmap`): the pages go back to the OS whatever the allocator. Chunks
+//! are few (their sizes double) and made or given back rarely, so a system call each costs
+//! nothing measurable. The memory comes zeroed and is committed page by page as it is
+//! first touched, as `alloc_zeroed` gives it for large blocks. Elsewhere, without the
+//! feature, and under Miri (which cannot map memory), the global allocator serves.
 
 use std::alloc::Layout;
 
 /// Zeroed memory for `layout`, which has a non-zero size; never null (an allocation
 /// failure goes to `handle_alloc_error`, as with the global allocator).
-#[cfg(all(target_os = "linux", not(miri)))]
+#[cfg(all(target_os = "linux", feature = "mmap", not(miri)))]
 pub(crate) fn allocate_zeroed(layout: Layout) -> *mut u8 {
     let page = page_size();
     let align = layout.align().max(page);
@@ -64,7 +64,7 @@ pub(crate) fn allocate_zeroed(layout: Layout) -> *mut u8 {
 ///
 /// `memory` came from `allocate_zeroed(layout)` with this `layout`, is given back once,
 /// and is not used afterwards.
-#[cfg(all(target_os = "linux", not(miri)))]
+#[cfg(all(target_os = "linux", feature = "mmap", not(miri)))]
 pub(crate) unsafe fn free(memory: *mut u8, layout: Layout) {
     let size = layout.size().next_multiple_of(page_size());
     // SAFETY: by the contract, exactly the range `allocate_zeroed` left mapped, unused
@@ -74,7 +74,7 @@ pub(crate) unsafe fn free(memory: *mut u8, layout: Layout) {
 }
 
 /// The system's page size.
-#[cfg(all(target_os = "linux", not(miri)))]
+#[cfg(all(target_os = "linux", feature = "mmap", not(miri)))]
 fn page_size() -> usize {
     // SAFETY: sysconf reads a system constant; it takes no pointer.
     let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
@@ -85,7 +85,7 @@ fn page_size() -> usize {
 }
 
 /// Zeroed memory for `layout`, which has a non-zero size, from the global allocator.
-#[cfg(not(all(target_os = "linux", not(miri))))]
+#[cfg(not(all(target_os = "linux", feature = "mmap", not(miri))))]
 pub(crate) fn allocate_zeroed(layout: Layout) -> *mut u8 {
     // SAFETY: the caller's layout has a non-zero size.
     let memory = unsafe { std::alloc::alloc_zeroed(layout) };
@@ -100,7 +100,7 @@ pub(crate) fn allocate_zeroed(layout: Layout) -> *mut u8 {
 /// # Safety
 ///
 /// As for the Linux version: `memory` came from `allocate_zeroed(layout)`, once.
-#[cfg(not(all(target_os = "linux", not(miri))))]
+#[cfg(not(all(target_os = "linux", feature = "mmap", not(miri))))]
 pub(crate) unsafe fn free(memory: *mut u8, layout: Layout) {
     // SAFETY: allocated by the global allocator with this layout, freed once.
     unsafe { std::alloc::dealloc(memory, layout) };

@@ -105,10 +105,8 @@ impl Stage {
             gone: AtomicBool::new(false),
             scheduled: AtomicU64::new(0),
             cancelled: AtomicU64::new(0),
-            held: UnsafeCell::new(Held {
-                staged: Vec::with_capacity(STAGE_LEN),
-                free: Vec::with_capacity(FREE_LEN),
-            }),
+            // Empty until used: a thread that schedules a few timers keeps a few bytes.
+            held: UnsafeCell::new(Held::default()),
         }
     }
 

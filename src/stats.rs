@@ -3,12 +3,18 @@
 //! Each shard's reaper records into its own `ShardStats`, behind a lock that nothing else
 //! takes except [`Timer::stats`](crate::Timer::stats), so recording costs no contention with
 //! producers: lateness once per fired timer, the other counts once per pass. Producers
-//! count only what only they see (resets) beside the pending count they keep anyway.
-//! A snapshot merges the shards.
+//! count schedules, cancels and resets themselves (a timer cancelled while staged never
+//! reaches the reaper) beside the pending count they keep anyway.
+//! A snapshot merges the shards. [`Timer::counts`](crate::Timer::counts) reads the counts
+//! alone, without copying the histograms (two of some 30 KiB a shard), for a scrape.
 
+use crate::shard::Shard;
+use crate::timer::Timer;
 use hdrhistogram::Histogram;
 use std::fmt;
 use std::io;
+use std::iter::Sum;
+use std::ops::{AddAssign, Deref, DerefMut};
 use std::time::Duration;
 
 /// Histograms hold 1 ns to an hour (longer is recorded as an hour), to 2 significant
@@ -21,24 +27,31 @@ fn histogram() -> Histogram<u64> {
         .expect("the bounds are valid constants")
 }
 
-/// One shard's counts, kept by its reaper.
+/// One shard's counts and histograms, kept by its reaper. The counts are reached through
+/// it as if they were its own fields (`stats.fired += 1`).
 #[derive(Clone)]
 pub(crate) struct ShardStats {
     /// Nanoseconds from each fired timer's deadline to the start of its callback.
     lateness: Histogram<u64>,
     /// Arrivals and changes taken from the inboxes, per pass that took any.
     drained: Histogram<u64>,
-    pub(crate) scheduled: u64,
-    pub(crate) cancelled: u64,
-    pub(crate) fired: u64,
-    pub(crate) passes: u64,
-    /// The wheel's own count, copied each pass.
-    pub(crate) cascaded: u64,
-    /// Filled in from the producers' counts when a snapshot is taken.
-    pub(crate) reset: u64,
-    pub(crate) pending: usize,
-    pub(crate) panicked: u64,
-    pub(crate) slots: u64,
+    /// The reaper's counts; `scheduled`, `cancelled`, `reset`, `pending`, `panicked` and
+    /// `slots` are the producers' and are filled in when read.
+    pub(crate) counts: Counts,
+}
+
+impl Deref for ShardStats {
+    type Target = Counts;
+
+    fn deref(&self) -> &Counts {
+        &self.counts
+    }
+}
+
+impl DerefMut for ShardStats {
+    fn deref_mut(&mut self) -> &mut Counts {
+        &mut self.counts
+    }
 }
 
 impl ShardStats {
@@ -46,21 +59,13 @@ impl ShardStats {
         ShardStats {
             lateness: histogram(),
             drained: histogram(),
-            scheduled: 0,
-            cancelled: 0,
-            fired: 0,
-            passes: 0,
-            cascaded: 0,
-            reset: 0,
-            pending: 0,
-            panicked: 0,
-            slots: 0,
+            counts: Counts::default(),
         }
     }
 
     /// A timer fired, `lateness_nanos` after its deadline if that was measured.
     pub(crate) fn fired(&mut self, lateness_nanos: Option<u64>) {
-        self.fired += 1;
+        self.counts.fired += 1;
         if let Some(late) = lateness_nanos {
             self.lateness.saturating_record(late.max(1));
         }
@@ -68,15 +73,17 @@ impl ShardStats {
 
     /// A pass took `arrivals` new timers and `changes` cancels and resets.
     pub(crate) fn pass(&mut self, arrivals: u64, changes: u64) {
-        self.passes += 1;
+        self.counts.passes += 1;
         if arrivals + changes > 0 {
             self.drained.saturating_record(arrivals + changes);
         }
     }
 }
 
-/// A snapshot of a [`Timer`](crate::Timer)'s counts and lateness, merged over its shards;
-/// from [`Timer::stats`](crate::Timer::stats).
+/// A [`Timer`]'s counts, or one shard's, without the lateness histograms: from
+/// [`Timer::counts`] and [`Timer::shard_counts`]. Reading them takes each shard's
+/// statistics lock for as long as a copy of a few words takes, so they can be read as
+/// often as a metrics scrape wants.
 ///
 /// Schedules, cancels and resets are counted by the threads that make them, fires by the
 /// reapers. Once the timer is quiet, `scheduled == fired + cancelled + pending`.
@@ -84,20 +91,18 @@ impl ShardStats {
 /// ```
 /// use std::time::Duration;
 ///
-/// let timer = shardwheel::Timer::builder().manual().build_with(|_: u32| {}).unwrap();
+/// let timer = shardwheel::Timer::builder().manual().shards(2).build_with(|_: u32| {}).unwrap();
 /// timer.insert(Duration::from_millis(5), 1).unwrap();
-/// let cancelled = timer.insert(Duration::from_secs(60), 2).unwrap();
-/// assert!(timer.cancel(cancelled));
+/// timer.insert(Duration::from_secs(60), 2).unwrap();
 /// timer.advance(Duration::from_millis(10)).unwrap();
-/// let stats = timer.stats();
-/// assert_eq!((stats.scheduled, stats.fired, stats.cancelled, stats.pending), (2, 1, 1, 0));
-/// // Manual time: due at 5 ms, run at 10 ms; histograms keep 2 significant digits.
-/// let late = stats.lateness(1.0);
-/// assert!(late >= Duration::from_millis(5) && late < Duration::from_micros(5_050));
-/// println!("{stats}");
+/// let counts = timer.counts();
+/// assert_eq!((counts.scheduled, counts.fired, counts.pending), (2, 1, 1));
+/// let per_shard: u64 = (0..timer.shards()).map(|s| timer.shard_counts(s).unwrap().fired).sum();
+/// assert_eq!(per_shard, 1);
 /// ```
-#[derive(Clone)]
-pub struct Stats {
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Counts {
     /// Timers scheduled.
     pub scheduled: u64,
     /// Timers cancelled.
@@ -117,41 +122,157 @@ pub struct Stats {
     /// Timer slots the shards hold, pending or free: their memory, which grows with the
     /// most timers pending at once and falls back after a spike (see [`Timer`]'s
     /// "Memory").
-    ///
-    /// [`Timer`]: crate::Timer
     pub slots: u64,
+}
+
+impl Counts {
+    /// Each count with its field's name, in the order of the fields: for exporters that
+    /// write every count the same way. `pending` and `slots` are levels (a gauge's
+    /// values); the others only grow (a counter's).
+    ///
+    /// ```
+    /// let timer = shardwheel::Timer::builder().manual().build().unwrap();
+    /// let named = timer.counts().named();
+    /// assert_eq!(named[0], ("scheduled", 0));
+    /// assert!(named.iter().any(|&(name, _)| name == "pending"));
+    /// ```
+    pub fn named(&self) -> [(&'static str, u64); 9] {
+        [
+            ("scheduled", self.scheduled),
+            ("cancelled", self.cancelled),
+            ("reset", self.reset),
+            ("fired", self.fired),
+            ("panicked", self.panicked),
+            ("pending", self.pending as u64),
+            ("cascaded", self.cascaded),
+            ("passes", self.passes),
+            ("slots", self.slots),
+        ]
+    }
+
+    /// Whether the count named `name` (by [`named`](Self::named)) is a level, which goes
+    /// up and down (`pending`, `slots`), rather than a total, which only grows.
+    ///
+    /// ```
+    /// use shardwheel::Counts;
+    ///
+    /// assert!(Counts::is_level("pending"));
+    /// assert!(!Counts::is_level("fired"));
+    /// ```
+    pub fn is_level(name: &str) -> bool {
+        matches!(name, "pending" | "slots")
+    }
+}
+
+impl AddAssign for Counts {
+    fn add_assign(&mut self, other: Counts) {
+        self.scheduled += other.scheduled;
+        self.cancelled += other.cancelled;
+        self.reset += other.reset;
+        self.fired += other.fired;
+        self.panicked += other.panicked;
+        self.pending += other.pending;
+        self.cascaded += other.cascaded;
+        self.passes += other.passes;
+        self.slots += other.slots;
+    }
+}
+
+impl Sum for Counts {
+    fn sum<I: Iterator<Item = Counts>>(counts: I) -> Counts {
+        counts.fold(Counts::default(), |mut total, shard| {
+            total += shard;
+            total
+        })
+    }
+}
+
+impl<T: Send + 'static> Timer<T> {
+    /// The counts of [`stats`](Self::stats), summed over the shards, without copying its
+    /// histograms (see [`Counts`]).
+    ///
+    /// ```
+    /// let timer = shardwheel::Timer::builder().manual().build().unwrap();
+    /// let handle = timer.schedule(std::time::Duration::from_secs(1), || {}).unwrap();
+    /// assert!(timer.cancel(handle));
+    /// assert_eq!(timer.counts().pending, 0);
+    /// ```
+    pub fn counts(&self) -> Counts {
+        self.scheduler().shards().iter().map(Shard::counts).sum()
+    }
+
+    /// Shard `shard`'s counts (shards are numbered from 0 to
+    /// [`shards`](Self::shards)` - 1`); `None` past the last.
+    ///
+    /// ```
+    /// let timer = shardwheel::Timer::builder().manual().shards(2).build().unwrap();
+    /// assert_eq!(timer.shard_counts(1).map(|counts| counts.fired), Some(0));
+    /// assert_eq!(timer.shard_counts(2), None);
+    /// ```
+    pub fn shard_counts(&self, shard: usize) -> Option<Counts> {
+        self.scheduler().shards().get(shard).map(Shard::counts)
+    }
+}
+
+/// A snapshot of a [`Timer`](crate::Timer)'s counts and lateness, merged over its shards;
+/// from [`Timer::stats`](crate::Timer::stats).
+///
+/// Its counts are a [`Counts`], read as the snapshot's own fields (`stats.fired`).
+///
+/// ```
+/// use std::time::Duration;
+///
+/// let timer = shardwheel::Timer::builder().manual().build_with(|_: u32| {}).unwrap();
+/// timer.insert(Duration::from_millis(5), 1).unwrap();
+/// let cancelled = timer.insert(Duration::from_secs(60), 2).unwrap();
+/// assert!(timer.cancel(cancelled));
+/// timer.advance(Duration::from_millis(10)).unwrap();
+/// let stats = timer.stats();
+/// assert_eq!((stats.scheduled, stats.fired, stats.cancelled, stats.pending), (2, 1, 1, 0));
+/// // Manual time: due at 5 ms, run at 10 ms; histograms keep 2 significant digits.
+/// let late = stats.lateness(1.0);
+/// assert!(late >= Duration::from_millis(5) && late < Duration::from_micros(5_050));
+/// println!("{stats}");
+/// ```
+#[derive(Clone)]
+pub struct Stats {
+    counts: Counts,
     lateness: Histogram<u64>,
     drained: Histogram<u64>,
+}
+
+/// The snapshot's counts are read as its own fields (`stats.fired`).
+impl Deref for Stats {
+    type Target = Counts;
+
+    fn deref(&self) -> &Counts {
+        &self.counts
+    }
 }
 
 impl Stats {
     pub(crate) fn new() -> Self {
         Stats {
-            scheduled: 0,
-            cancelled: 0,
-            reset: 0,
-            fired: 0,
-            panicked: 0,
-            pending: 0,
-            cascaded: 0,
-            passes: 0,
-            slots: 0,
+            counts: Counts::default(),
             lateness: histogram(),
             drained: histogram(),
         }
     }
 
+    /// The snapshot's counts, as [`Timer::counts`](crate::Timer::counts) gives them.
+    ///
+    /// ```
+    /// let timer = shardwheel::Timer::builder().manual().build().unwrap();
+    /// let stats = timer.stats();
+    /// assert_eq!(stats.counts(), timer.counts());
+    /// ```
+    pub fn counts(&self) -> Counts {
+        self.counts
+    }
+
     /// Adds one shard's counts.
     pub(crate) fn merge(&mut self, shard: &ShardStats) {
-        self.scheduled += shard.scheduled;
-        self.cancelled += shard.cancelled;
-        self.reset += shard.reset;
-        self.fired += shard.fired;
-        self.panicked += shard.panicked;
-        self.pending += shard.pending;
-        self.cascaded += shard.cascaded;
-        self.passes += shard.passes;
-        self.slots += shard.slots;
+        self.counts += shard.counts;
         // Same bounds on both sides, so adding cannot fail.
         let _ = self.lateness.add(&shard.lateness);
         let _ = self.drained.add(&shard.drained);

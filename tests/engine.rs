@@ -519,3 +519,29 @@ fn timers_cancelled_long_before_their_deadline_are_always_still_pending() {
     assert!(timer.shutdown().is_empty());
     assert_eq!(early.load(Ordering::Relaxed), 0, "timers fired early");
 }
+
+// A thread that schedules a timer due in ten seconds and cancels it, again and again (a
+// request timeout that is never needed), used to wake the reaper some 300 times in
+// 100,000: each time its wheel was empty, the next timer's deadline was before its plan
+// (sleep until woken). The reaper now plans to wake within a second in any case, so the
+// timers wait in the thread's batch without waking it, and none of them reaches it.
+#[test]
+fn short_lived_timers_due_far_ahead_do_not_wake_the_reaper() {
+    let timer = timer(1);
+    for _ in 0..100_000 {
+        let handle = timer.schedule(Duration::from_secs(10), || {}).unwrap();
+        assert!(timer.cancel(handle));
+    }
+    let stats = timer.stats();
+    assert_eq!((stats.scheduled, stats.cancelled), (100_000, 100_000));
+    assert!(
+        stats.passes < 50,
+        "{} reaper passes for 100,000 timers never due",
+        stats.passes
+    );
+    assert!(
+        stats.slots <= 64,
+        "{} slots for one timer at a time",
+        stats.slots
+    );
+}

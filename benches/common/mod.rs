@@ -1,9 +1,9 @@
-//! What the benchmarks share: the seeded random stream of ../shared/WORKLOADS.md, medians
+//! What the benchmarks share: the seeded random stream of benches/README.md, medians
 //! and percentiles, and the machine's load (quoted with every run).
 
 #![allow(dead_code)] // each bench uses part of it
 
-/// SplitMix64, seeded 42 for every implementation (WORKLOADS.md).
+/// SplitMix64, seeded 42 for every implementation (benches/README.md).
 pub struct SplitMix64(pub u64);
 
 impl SplitMix64 {

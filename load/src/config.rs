@@ -52,9 +52,13 @@ pub struct Args {
     /// Draw the lateness distribution here, as an SVG.
     #[arg(long, value_name = "FILE.svg")]
     pub plot: Option<PathBuf>,
+    /// The Redis server of `--scenario durable`, e.g. `redis://127.0.0.1:6379` [default:
+    /// a redis-server started for the run, which needs redis-server on the PATH].
+    #[arg(long, value_name = "URL")]
+    pub redis_url: Option<String>,
 }
 
-/// The workloads of shared/WORKLOADS.md that exercise the engine, and a mixed default.
+/// The workloads of benches/README.md that exercise the engine, and a mixed default.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Scenario {
     /// 10M timers from every core, delays 1 ms to 1 s, 90 % cancelled, the rest fire.
@@ -80,6 +84,11 @@ pub enum Scenario {
     /// (fired, cancelled or handed back), that no caught panic printed anything, and that
     /// RSS ended within 10 % of its value after the first minute; exits 1 if not.
     Soak,
+    /// Durable jobs through shardwheel-redis on a real Redis (--redis-url, or a redis-server
+    /// started for the run with appendfsync always): 100,000 jobs from 4 producers, due in 1
+    /// to 10 s, run by 2 workers; prints the rates and lateness, then checks that every job
+    /// not cancelled ran once and none early; exits 1 if not.
+    Durable,
 }
 
 /// How delays are drawn.
@@ -142,6 +151,8 @@ pub struct Config {
     pub shards: usize,
     /// How long a soak runs; `None` for every other scenario.
     pub duration: Option<Duration>,
+    /// The durable scenario's Redis; `None`: it starts one.
+    pub redis_url: Option<String>,
 }
 
 impl Config {
@@ -184,6 +195,9 @@ impl Config {
                 rate: Some(1_000),
                 ..Config::preset(5_000, 1, Delays::Uniform(ms(1), ms(100)), 0.0)
             },
+            Scenario::Durable => {
+                Config::preset(100_000, 4, Delays::Uniform(ms(1_000), ms(10_000)), 0.0)
+            }
             // Timers without end: the soak stops when its time is up.
             Scenario::Soak => Config {
                 rate: Some(50_000),
@@ -193,8 +207,25 @@ impl Config {
         };
         config.scenario = scenario;
         if scenario == Scenario::Soak {
-            Config::soak_flags(args)?;
-        } else if args.duration.is_some() {
+            Config::refuse(
+                args,
+                "the soak, which runs for --duration and prints its own lines",
+                &[(args.timers.is_some(), "--timers")],
+            )?;
+        } else if scenario == Scenario::Durable {
+            Config::refuse(
+                args,
+                "the durable scenario, whose engine is Redis and which prints its own lines",
+                &[
+                    (args.tick.is_some(), "--tick"),
+                    (args.shards.is_some(), "--shards"),
+                    (args.rate.is_some(), "--rate"),
+                ],
+            )?;
+        } else if args.redis_url.is_some() {
+            return Err("--redis-url is for --scenario durable".into());
+        }
+        if scenario != Scenario::Soak && args.duration.is_some() {
             return Err(format!(
                 "--duration is the soak's: --scenario {} runs until its timers are done",
                 format!("{scenario:?}").to_lowercase()
@@ -218,6 +249,7 @@ impl Config {
         config.tick = args.tick.unwrap_or(config.tick);
         config.shards = args.shards.unwrap_or(config.shards);
         config.duration = args.duration.or(config.duration);
+        config.redis_url.clone_from(&args.redis_url);
         config.check()?;
         Ok(config)
     }
@@ -234,26 +266,23 @@ impl Config {
             tick: Duration::from_millis(1),
             shards: 1,
             duration: None,
+            redis_url: None,
         }
     }
 
-    /// Refuses the flags a soak has no use for: it runs for a time, not a number of
-    /// timers, and prints its own lines.
-    fn soak_flags(args: &Args) -> Result<(), String> {
-        for (given, flag) in [
-            (args.timers.is_some(), "--timers"),
+    /// Refuses the flags that `what` (a scenario printing its own lines) has no use for:
+    /// the report's and `others`.
+    fn refuse(args: &Args, what: &str, others: &[(bool, &str)]) -> Result<(), String> {
+        let report = [
             (args.idle.is_some(), "--idle"),
             (args.json, "--json"),
             (args.hgrm.is_some(), "--hgrm"),
             (args.plot.is_some(), "--plot"),
-        ] {
-            if given {
-                return Err(format!(
-                    "{flag} is not for the soak, which runs for --duration and prints its own lines"
-                ));
-            }
+        ];
+        match others.iter().chain(&report).find(|(given, _)| *given) {
+            Some((_, flag)) => Err(format!("{flag} is not for {what}")),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     fn check(&self) -> Result<(), String> {
@@ -340,6 +369,29 @@ mod tests {
     }
 
     #[test]
+    fn the_durable_scenario_is_asked_for_and_takes_a_redis_url() {
+        assert_eq!(parse(&[]).unwrap().scenario, Scenario::Mixed);
+        let durable = parse(&["--scenario", "durable"]).unwrap();
+        assert_eq!(
+            (durable.timers, durable.producers, durable.redis_url),
+            (100_000, 4, None)
+        );
+        let durable = parse(&[
+            "--scenario",
+            "durable",
+            "--redis-url",
+            "redis://10.0.0.1:6379",
+            "--timers",
+            "500",
+            "--cancel",
+            "0.25",
+        ])
+        .unwrap();
+        assert_eq!(durable.redis_url.as_deref(), Some("redis://10.0.0.1:6379"));
+        assert_eq!((durable.timers, durable.cancel), (500, 0.25));
+    }
+
+    #[test]
     fn bad_flags_are_errors_with_a_reason() {
         for (flags, reason) in [
             (&["--cancel", "1.5"][..], "between 0 and 1"),
@@ -355,6 +407,16 @@ mod tests {
             (&["--scenario", "w2", "--duration", "1m"], "the soak's"),
             (&["--duration", "1m", "--timers", "5"], "not for the soak"),
             (&["--duration", "1m", "--json"], "not for the soak"),
+            (
+                &["--redis-url", "redis://127.0.0.1"],
+                "for --scenario durable",
+            ),
+            (&["--scenario", "durable", "--json"], "not for the durable"),
+            (
+                &["--scenario", "durable", "--tick", "1ms"],
+                "not for the durable",
+            ),
+            (&["--scenario", "durable", "--duration", "1m"], "the soak's"),
         ] {
             let error = parse(flags).expect_err(&format!("{flags:?} accepted"));
             assert!(error.contains(reason), "{flags:?}: {error}");

@@ -1,9 +1,11 @@
 //! `shardwheel-load`: millions of timers through shardwheel's engine, then a table of what
 //! it did (throughput, memory, lateness percentiles, CPU), or JSON, an `.hgrm` file and an
 //! SVG plot of the lateness distribution; or a soak (`--duration 10m`) that checks the
-//! engine's accounting and memory over a long run. `shardwheel-load --help` lists the flags.
+//! engine's accounting and memory over a long run; or durable jobs through shardwheel-redis
+//! on a real Redis (`--scenario durable`). `shardwheel-load --help` lists the flags.
 
 mod config;
+mod durable;
 mod report;
 mod run;
 mod soak;
@@ -37,6 +39,24 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         } else {
             ExitCode::FAILURE
+        };
+    }
+    if config.scenario == config::Scenario::Durable {
+        return match durable::durable(&config) {
+            Ok((lines, passed)) => {
+                for line in lines {
+                    println!("{line}");
+                }
+                if passed {
+                    ExitCode::SUCCESS
+                } else {
+                    ExitCode::FAILURE
+                }
+            }
+            Err(message) => {
+                eprintln!("shardwheel-load: {message}");
+                ExitCode::from(2)
+            }
         };
     }
     let progress = !args.json && std::io::stderr().is_terminal();

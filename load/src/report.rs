@@ -222,6 +222,7 @@ mod tests {
             tick: Duration::from_millis(1),
             shards: 1,
             duration: None,
+            redis_url: None,
         };
         crate::run::run(&config, false)
     }

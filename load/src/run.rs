@@ -277,6 +277,7 @@ mod tests {
             tick: Duration::from_millis(1),
             shards: 2,
             duration: None,
+            redis_url: None,
         };
         let report = run(&config, false);
         let stats = &report.stats;

@@ -1,6 +1,6 @@
-//! The durable workloads D1-D3 of `../shared/WORKLOADS.md`, for shardwheel-redis and, in the
-//! same run and against the same kind of server, the naive poller (ZRANGEBYSCORE due <= now
-//! LIMIT 1000, then ZREM, every 100 ms).
+//! The durable workloads D1-D3 of `benches/README.md` (at the top of the repository), for
+//! shardwheel-redis and, in the same run and against the same kind of server, the naive
+//! poller (ZRANGEBYSCORE due <= now LIMIT 1000, then ZREM, every 100 ms).
 //!
 //! Each workload gets a fresh `redis-server` (unix socket, AOF, `appendfsync always`) from
 //! the tests' fixture. Producers and workers are tasks in this process on a 2-thread tokio
@@ -10,8 +10,11 @@
 //!
 //! `DURABLE_ONLY=D2` (or `D1`, `D3`, and `shardwheel-redis` or `naive-poller`) picks
 //! workloads and implementations; `DURABLE_WINDOW_MS` sets the workers' claim window
-//! (default: the crate's, 10 s). `DURABLE_SCALE=0.1` runs a tenth of the jobs (and D1 over a tenth of its 60 s span, at
-//! least 6 s) for a quick check; the figures to report come from the default, 1.
+//! (default: the crate's, 10 s). `DURABLE_SCALE=0.1` runs a tenth of the jobs (and D1 over
+//! a tenth of its 60 s span, at least 6 s) for a quick check; the figures to report come
+//! from the default, 1. `DURABLE_COMMANDSTATS=1` prints the server's command statistics
+//! after each workload. Notes give each side's CPU time while scheduling, to show where
+//! the time went.
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -123,10 +126,6 @@ impl Tally {
             .count();
         (lost, twice)
     }
-
-    fn late_ms(&self, quantile: f64) -> f64 {
-        self.late.lock().unwrap().value_at_quantile(quantile) as f64 / 1000.0
-    }
 }
 
 fn unix_us(time: SystemTime) -> u64 {
@@ -135,53 +134,59 @@ fn unix_us(time: SystemTime) -> u64 {
         .as_micros() as u64
 }
 
-/// A numeric field of `INFO section`.
-async fn info_field(url: &str, section: &str, field: &str) -> i64 {
-    let mut conn = raw_conn(url).await;
-    let info: String = redis::cmd("INFO")
+/// `INFO section` of the server.
+async fn info(conn: &mut redis::aio::MultiplexedConnection, section: &str) -> String {
+    redis::cmd("INFO")
         .arg(section)
-        .query_async(&mut conn)
+        .query_async(conn)
         .await
-        .unwrap();
+        .unwrap()
+}
+
+/// A numeric field of an `INFO` reply (-1 if absent).
+fn field(info: &str, name: &str) -> f64 {
     info.lines()
-        .find_map(|line| line.strip_prefix(&format!("{field}:")))
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
         .and_then(|value| value.trim().parse().ok())
-        .unwrap_or(-1)
+        .unwrap_or(-1.0)
 }
 
 /// What the server did besides our scripts: AOF rewrites (each a fork and a full write).
 async fn server_note(url: &str, what: &str) {
-    let rewrites = info_field(url, "persistence", "aof_rewrites").await;
-    let aof = info_field(url, "persistence", "aof_current_size").await;
-    println!("note {what}: the server made {rewrites} AOF rewrites; AOF now {aof} bytes");
+    let mut conn = raw_conn(url).await;
+    let persistence = info(&mut conn, "persistence").await;
+    println!(
+        "note {what}: the server made {} AOF rewrites; AOF now {} bytes",
+        field(&persistence, "aof_rewrites"),
+        field(&persistence, "aof_current_size")
+    );
     if std::env::var_os("DURABLE_COMMANDSTATS").is_some() {
-        let mut conn = raw_conn(url).await;
-        let stats: String = redis::cmd("INFO")
-            .arg("commandstats")
-            .query_async(&mut conn)
-            .await
-            .unwrap();
-        let used: String = redis::cmd("INFO")
-            .arg("cpu")
-            .query_async(&mut conn)
-            .await
-            .unwrap();
-        println!("{stats}\n{used}");
+        let stats = info(&mut conn, "commandstats").await;
+        println!("{stats}\n{}", info(&mut conn, "cpu").await);
     }
 }
 
-async fn used_memory(conn: &mut redis::aio::MultiplexedConnection) -> i64 {
-    let info: String = redis::cmd("INFO")
-        .arg("memory")
-        .query_async(conn)
-        .await
-        .unwrap();
-    info.lines()
-        .find_map(|line| line.strip_prefix("used_memory:"))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap()
+/// CPU seconds (user + system) used so far by this process and by the server: where a
+/// phase's time went.
+async fn cpu_seconds(url: &str) -> (f64, f64) {
+    // Fields 14 and 15 of /proc/self/stat: user and system time in clock ticks (100 a second).
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or("", |(_, rest)| rest)
+        .split_whitespace()
+        .collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    let cpu = info(&mut raw_conn(url).await, "cpu").await;
+    (
+        (ticks(11) + ticks(12)) / 100.0,
+        field(&cpu, "used_cpu_sys") + field(&cpu, "used_cpu_user"),
+    )
 }
 
 async fn raw_conn(url: &str) -> redis::aio::MultiplexedConnection {
@@ -338,30 +343,31 @@ fn uniform(n: usize, low: u64, high: u64) -> Arc<Vec<u64>> {
     Arc::new((0..n).map(|_| rng.ms(low, high)).collect())
 }
 
-fn result_d1(name: &str, schedule_s: f64, tally: &Tally, n: usize) {
+/// `late_p50_ms=.. late_p99_ms=.. late_max_ms=..` of a lateness histogram (µs).
+fn lateness(late: &Histogram<u64>) -> String {
+    format!(
+        "late_p50_ms={:.2} late_p99_ms={:.2} late_max_ms={:.2}",
+        late.value_at_quantile(0.5) as f64 / 1000.0,
+        late.value_at_quantile(0.99) as f64 / 1000.0,
+        late.max() as f64 / 1000.0,
+    )
+}
+
+/// The figures every workload's RESULT line ends with: delivery rate over the delivery
+/// phase, lateness, early, lost and twice.
+fn deliveries(tally: &Tally) -> String {
     let (lost, twice) = tally.lost_twice();
     let span = (tally
         .last
         .load(Ordering::Relaxed)
         .saturating_sub(tally.first.load(Ordering::Relaxed))) as f64
         / 1e6;
-    println!(
-        "RESULT D1 {name} schedule_per_s={:.0} deliver_per_s={:.0} late_p50_ms={:.2} late_p99_ms={:.2} late_max_ms={:.2} early={} lost={lost} twice={twice}",
-        n as f64 / schedule_s,
+    format!(
+        "deliver_per_s={:.0} {} early={} lost={lost} twice={twice}",
         tally.delivered.load(Ordering::Relaxed) as f64 / span.max(1e-9),
-        tally.late_ms(0.5),
-        tally.late_ms(0.99),
-        tally.late_ms(1.0),
+        lateness(&tally.late.lock().unwrap()),
         tally.early.load(Ordering::Relaxed),
-    );
-    let quiet = tally.late_quiet.lock().unwrap();
-    println!(
-        "note D1 {name}: the {} jobs due after scheduling ended: late_p50_ms={:.2} late_p99_ms={:.2} late_max_ms={:.2}",
-        quiet.len(),
-        quiet.value_at_quantile(0.5) as f64 / 1000.0,
-        quiet.value_at_quantile(0.99) as f64 / 1000.0,
-        quiet.max() as f64 / 1000.0,
-    );
+    )
 }
 
 /// The implementations to run: both, unless `DURABLE_ONLY` names one (quick checks).
@@ -373,51 +379,98 @@ fn implementations() -> Vec<&'static str> {
         .collect()
 }
 
-async fn d1(scale: f64) {
-    let n = (1_000_000.0 * scale) as usize;
-    let span = ((60_000.0 * scale) as u64).max(6_000);
-    let delays = uniform(n, 1_000, span);
-    if implementations().contains(&"shardwheel-redis") {
-        let server = support::Server::start();
-        let tally = Tally::new(n);
-        let workers = start_workers(&server, "d1", &tally).await;
-        let schedule_s = produce_shardwheel(&server, "d1", &delays, None).await;
-        tally
-            .quiet_from
-            .store(unix_us(SystemTime::now()), Ordering::Relaxed);
-        wait_delivered(&tally, n as u64, Duration::from_millis(span + 60_000)).await;
-        for worker in workers {
-            let stats = worker.stop().await;
-            eprintln!("D1 worker: {stats}");
+/// What delivers the jobs: shardwheel-redis's workers or the naive pollers.
+enum Consumers {
+    Workers(Vec<Worker>),
+    Pollers(Arc<AtomicU64>, Vec<tokio::task::JoinHandle<()>>),
+}
+
+impl Consumers {
+    /// WORKERS of implementation `name` on queue (or key) `queue`, recording into `tally`.
+    async fn start(name: &str, server: &support::Server, queue: &str, tally: &Arc<Tally>) -> Self {
+        if name == "shardwheel-redis" {
+            return Consumers::Workers(start_workers(server, queue, tally).await);
         }
-        result_d1("shardwheel-redis", schedule_s, &tally, n);
-        server_note(&server.url(), "D1 shardwheel-redis").await;
-    }
-    if implementations().contains(&"naive-poller") {
-        let server = support::Server::start();
-        let tally = Tally::new(n);
         let stop = Arc::new(AtomicU64::new(0));
-        let pollers: Vec<_> = (0..WORKERS)
+        let pollers = (0..WORKERS)
             .map(|_| {
                 tokio::spawn(naive_poller(
                     server.url(),
-                    "naive".to_owned(),
-                    Arc::clone(&tally),
+                    queue.to_owned(),
+                    Arc::clone(tally),
                     Arc::clone(&stop),
                 ))
             })
             .collect();
-        let schedule_s = produce_naive(&server, "naive", &delays, None).await;
+        Consumers::Pollers(stop, pollers)
+    }
+
+    async fn stop(self, workload: &str) {
+        match self {
+            Consumers::Workers(workers) => {
+                for worker in workers {
+                    eprintln!("{workload} worker: {}", worker.stop().await);
+                }
+            }
+            Consumers::Pollers(stop, pollers) => {
+                stop.store(1, Ordering::Relaxed);
+                for poller in pollers {
+                    poller.await.unwrap();
+                }
+            }
+        }
+    }
+}
+
+/// Schedules with implementation `name` (see `produce_shardwheel`); returns the seconds.
+async fn produce(
+    name: &str,
+    server: &support::Server,
+    queue: &str,
+    delays: &Arc<Vec<u64>>,
+    at: Option<u64>,
+) -> f64 {
+    if name == "shardwheel-redis" {
+        produce_shardwheel(server, queue, delays, at).await
+    } else {
+        produce_naive(server, queue, delays, at).await
+    }
+}
+
+async fn d1(scale: f64) {
+    let n = (1_000_000.0 * scale) as usize;
+    let span = ((60_000.0 * scale) as u64).max(6_000);
+    let delays = uniform(n, 1_000, span);
+    for name in implementations() {
+        let server = support::Server::start();
+        let tally = Tally::new(n);
+        let consumers = Consumers::start(name, &server, "d1", &tally).await;
+        let cpu_before = cpu_seconds(&server.url()).await;
+        let schedule_s = produce(name, &server, "d1", &delays, None).await;
+        let cpu_after = cpu_seconds(&server.url()).await;
+        println!(
+            "note D1 {name}: while scheduling ({schedule_s:.1} s, load {}), this process used {:.1} CPU s and redis-server {:.1}",
+            loadavg(),
+            cpu_after.0 - cpu_before.0,
+            cpu_after.1 - cpu_before.1
+        );
         tally
             .quiet_from
             .store(unix_us(SystemTime::now()), Ordering::Relaxed);
         wait_delivered(&tally, n as u64, Duration::from_millis(span + 60_000)).await;
-        stop.store(1, Ordering::Relaxed);
-        for poller in pollers {
-            poller.await.unwrap();
-        }
-        result_d1("naive-poller", schedule_s, &tally, n);
-        server_note(&server.url(), "D1 naive-poller").await;
+        consumers.stop("D1").await;
+        println!(
+            "RESULT D1 {name} schedule_per_s={:.0} {}",
+            n as f64 / schedule_s,
+            deliveries(&tally)
+        );
+        let quiet = tally.late_quiet.lock().unwrap().clone();
+        println!(
+            "note D1 {name}: the {} jobs due after scheduling ended: {}",
+            quiet.len(),
+            lateness(&quiet)
+        );
+        server_note(&server.url(), &format!("D1 {name}")).await;
     }
 }
 
@@ -430,51 +483,22 @@ async fn d2(scale: f64) {
         // The burst second starts 20 s from now (on this machine's clock, the server's too):
         // scheduling ends before it.
         let second = now_ms() + 20_000;
-        let stop = Arc::new(AtomicU64::new(0));
-        let (workers, pollers) = if name == "shardwheel-redis" {
-            let workers = start_workers(&server, "d2", &tally).await;
-            let schedule_s = produce_shardwheel(&server, "d2", &offsets, Some(second)).await;
-            eprintln!("D2 {name}: scheduled {n} in {schedule_s:.1} s");
-            (workers, Vec::new())
-        } else {
-            let pollers: Vec<_> = (0..WORKERS)
-                .map(|_| {
-                    tokio::spawn(naive_poller(
-                        server.url(),
-                        "naive".to_owned(),
-                        Arc::clone(&tally),
-                        Arc::clone(&stop),
-                    ))
-                })
-                .collect();
-            let schedule_s = produce_naive(&server, "naive", &offsets, Some(second)).await;
-            eprintln!("D2 {name}: scheduled {n} in {schedule_s:.1} s");
-            (Vec::new(), pollers)
-        };
+        let consumers = Consumers::start(name, &server, "d2", &tally).await;
+        let schedule_s = produce(name, &server, "d2", &offsets, Some(second)).await;
+        eprintln!("D2 {name}: scheduled {n} in {schedule_s:.1} s");
         assert!(now_ms() < second, "scheduling ran past the burst second");
-        if !workers.is_empty() {
+        if let Consumers::Workers(workers) = &consumers {
             tokio::time::sleep(Duration::from_millis(second.saturating_sub(now_ms()))).await;
             let claimed: u64 = workers.iter().map(|w| w.stats().claimed).sum();
             println!("note D2 {name}: {claimed} of {n} jobs claimed when the burst second began");
         }
         wait_delivered(&tally, n as u64, Duration::from_secs(20 + 120)).await;
-        stop.store(1, Ordering::Relaxed);
-        for poller in pollers {
-            poller.await.unwrap();
-        }
-        for worker in workers {
-            eprintln!("D2 worker: {}", worker.stop().await);
-        }
-        let (lost, twice) = tally.lost_twice();
+        consumers.stop("D2").await;
         let last = tally.last.load(Ordering::Relaxed);
-        let span = last.saturating_sub(tally.first.load(Ordering::Relaxed)) as f64 / 1e6;
         println!(
-            "RESULT D2 {name} burst_all_delivered_s={:.3} deliver_per_s={:.0} late_p99_ms={:.2} late_max_ms={:.2} early={} lost={lost} twice={twice}",
+            "RESULT D2 {name} burst_all_delivered_s={:.3} {}",
             last.saturating_sub(second * 1000) as f64 / 1e6,
-            tally.delivered.load(Ordering::Relaxed) as f64 / span.max(1e-9),
-            tally.late_ms(0.99),
-            tally.late_ms(1.0),
-            tally.early.load(Ordering::Relaxed),
+            deliveries(&tally)
         );
         server_note(&server.url(), &format!("D2 {name}")).await;
     }
@@ -488,20 +512,21 @@ async fn d3(scale: f64) {
         let mut conn = raw_conn(&server.url()).await;
         // The queue's meta key and connections exist before the first reading.
         let _ = Queue::connect(&server.url(), "d3").await.unwrap();
-        let before = used_memory(&mut conn).await;
-        let schedule_s = if name == "shardwheel-redis" {
-            produce_shardwheel(&server, "d3", &delays, None).await
-        } else {
-            produce_naive(&server, "d3", &delays, None).await
-        };
+        let before = field(&info(&mut conn, "memory").await, "used_memory");
+        let cpu_before = cpu_seconds(&server.url()).await;
+        let schedule_s = produce(name, &server, "d3", &delays, None).await;
+        let cpu_after = cpu_seconds(&server.url()).await;
         println!(
-            "note D3 {name}: scheduled at {:.0} per second with nothing else running",
-            n as f64 / schedule_s
+            "note D3 {name}: scheduled at {:.0} per second with nothing else running (load {}); CPU per job: this process {:.2} us, redis-server {:.2} us",
+            n as f64 / schedule_s,
+            loadavg(),
+            (cpu_after.0 - cpu_before.0) * 1e6 / n as f64,
+            (cpu_after.1 - cpu_before.1) * 1e6 / n as f64,
         );
-        let after = used_memory(&mut conn).await;
+        let after = field(&info(&mut conn, "memory").await, "used_memory");
         println!(
             "RESULT D3 {name} redis_bytes_per_job={:.1}",
-            (after - before) as f64 / n as f64 - PAYLOAD.len() as f64
+            (after - before) / n as f64 - PAYLOAD.len() as f64
         );
     }
 }

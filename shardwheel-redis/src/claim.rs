@@ -7,8 +7,8 @@
 //! certainly reached its due time: no job starts early, whatever this machine's wall clock
 //! says (it is never read). A round asks every shard at once (one pipelined round trip, not
 //! one per shard); when a shard filled its batch the next round starts at once, otherwise
-//! the claimer sleeps `poll`, or less if stopped. Claims pause while the local timer holds
-//! `max_held` jobs.
+//! the claimer sleeps `poll`, or less if stopped or woken by a hint (`hint`). Claims pause
+//! while the local timer holds `max_held` jobs.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant, UNIX_EPOCH};
@@ -199,6 +199,7 @@ pub(crate) async fn claim_loop(
         if !full {
             tokio::select! {
                 () = tokio::time::sleep(shared.config.poll) => {}
+                () = shared.wake.notified() => {}
                 () = shared.stop.notified() => return,
             }
         }

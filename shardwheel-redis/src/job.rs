@@ -1,5 +1,5 @@
 //! The values the queue API takes and returns: when a job is due, what a cancel or a
-//! reschedule found, where a job is, how many jobs a queue holds.
+//! reschedule found, where a job is, how many jobs a queue holds; which ids it takes.
 //!
 //! `When` is encoded for the scripts as a mode and a number of milliseconds: a delay (`d`),
 //! which the script adds to the server's `TIME`, or an absolute Unix time (`a`), which the
@@ -7,8 +7,33 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use crate::error::Error;
+
 /// The latest due time accepted, as Unix ms (year ~2255): a larger delay is clamped.
 const MAX_DUE_MS: u64 = 9_000_000_000_000;
+
+/// The longest job id, in bytes.
+///
+/// ```
+/// assert_eq!(shardwheel_redis::MAX_ID_LEN, 512);
+/// ```
+pub const MAX_ID_LEN: usize = 512;
+
+/// Refuses an id the queue cannot take (empty, or longer than [`MAX_ID_LEN`]).
+pub(crate) fn check_id(id: &str) -> Result<(), Error> {
+    if id.is_empty() {
+        return Err(Error::InvalidId("an id must not be empty"));
+    }
+    if id.len() > MAX_ID_LEN {
+        return Err(Error::InvalidId("an id must be at most 512 bytes"));
+    }
+    Ok(())
+}
+
+/// A time the scripts return as Unix ms.
+pub(crate) fn unix_ms(ms: i64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64)
+}
 
 /// When a job is due: after a delay counted on the server's clock, or at a wall-clock time.
 ///

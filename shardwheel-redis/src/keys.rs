@@ -24,6 +24,12 @@ pub(crate) fn shard_of(id: &[u8], shards: u32) -> u32 {
     hash(id) % shards
 }
 
+/// The payload hash of an id (its number under the shard's prefix), as `lua/bucket.lua`
+/// computes it.
+pub(crate) fn bucket_of(id: &[u8], shards: u32, buckets: u32) -> u32 {
+    (hash(id) / shards) % buckets
+}
+
 /// The key names of one shard, in the order the scripts take them as `KEYS`.
 #[derive(Clone, Debug)]
 pub(crate) struct ShardKeys {

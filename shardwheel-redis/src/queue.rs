@@ -17,19 +17,19 @@ use redis::cluster::ClusterClient;
 
 use crate::conn::Conn;
 use crate::error::Error;
-use crate::job::{Cancelled, Counts, JobState, Rescheduled, When};
-use crate::keys::{ShardKeys, shard_of};
+use crate::job::{Cancelled, Counts, JobState, Rescheduled, When, check_id, unix_ms};
+use crate::keys::{ShardKeys, bucket_of, shard_of};
 use crate::scripts::SCRIPTS;
+use crate::worker::ms;
 
-/// The longest job id, in bytes.
-///
-/// ```
-/// assert_eq!(shardwheel_redis::MAX_ID_LEN, 512);
-/// ```
-pub const MAX_ID_LEN: usize = 512;
 /// Jobs per script call in [`Queue::schedule_many`] and the worker's settles: bounds the time
 /// one call holds the server.
 pub(crate) const BATCH: usize = 512;
+
+/// A schedule call that stores a job due within this publishes a wake-up hint: workers,
+/// which otherwise claim every `poll` (100 ms by default), claim at once. Jobs due later are
+/// claimed by polls well ahead of their time anyway.
+const HINT_WITHIN: Duration = Duration::from_secs(1);
 
 /// Options of a queue handle; [`Queue::builder`] starts one.
 ///
@@ -126,7 +126,7 @@ impl QueueBuilder {
             .set_response_timeout(Some(self.response_timeout))
             .set_connection_timeout(Some(self.response_timeout));
         let conn = client.get_connection_manager_with_config(config).await?;
-        self.finish(Conn::Single(conn)).await
+        self.finish(Conn::Single(conn), client).await
     }
 
     /// Connects to a Redis Cluster through any of its nodes (`redis://host:port` each).
@@ -148,11 +148,14 @@ impl QueueBuilder {
             .connection_timeout(self.response_timeout)
             .build()?;
         let conn = client.get_async_connection().await?;
-        self.finish(Conn::Cluster(conn)).await
+        // A cluster carries PUBLISH to every node: any node serves the wake-up hints.
+        let hints = redis::Client::open(nodes.first().copied().unwrap_or_default())?;
+        self.finish(Conn::Cluster(conn), hints).await
     }
 
-    /// Records the layout in `{name}:meta` if the queue is new, or checks it.
-    async fn finish(self, mut conn: Conn) -> Result<Queue, Error> {
+    /// Records the layout in `{name}:meta` if the queue is new, or checks it; `hints` is
+    /// the server that workers subscribe to for wake-up hints.
+    async fn finish(self, mut conn: Conn, hints: redis::Client) -> Result<Queue, Error> {
         let meta = format!("{{{}}}:meta", self.name);
         let (shards, buckets): (Option<u32>, Option<u32>) = redis::pipe()
             .hset_nx(&meta, "shards", self.shards)
@@ -176,6 +179,8 @@ impl QueueBuilder {
         Ok(Queue {
             conn,
             inner: Arc::new(Inner {
+                channel: format!("{{{}}}:wake", self.name),
+                hints,
                 name: self.name,
                 shards: self.shards,
                 buckets: self.buckets,
@@ -187,6 +192,9 @@ impl QueueBuilder {
 
 struct Inner {
     name: String,
+    /// The wake-up hint channel (`{name}:wake`) and the server to subscribe to it on.
+    channel: String,
+    hints: redis::Client,
     shards: u32,
     buckets: u32,
     keys: Vec<ShardKeys>,
@@ -227,20 +235,6 @@ impl std::fmt::Debug for Queue {
             .field("buckets", &self.inner.buckets)
             .finish()
     }
-}
-
-fn check_id(id: &str) -> Result<(), Error> {
-    if id.is_empty() {
-        return Err(Error::InvalidId("an id must not be empty"));
-    }
-    if id.len() > MAX_ID_LEN {
-        return Err(Error::InvalidId("an id must be at most 512 bytes"));
-    }
-    Ok(())
-}
-
-fn unix_ms(ms: i64) -> SystemTime {
-    UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64)
 }
 
 impl Queue {
@@ -307,6 +301,11 @@ impl Queue {
         self.inner.buckets
     }
 
+    /// The wake-up hint channel and the server that carries it.
+    pub(crate) fn hints(&self) -> (&str, &redis::Client) {
+        (&self.inner.channel, &self.inner.hints)
+    }
+
     fn shard(&self, id: &str) -> u32 {
         shard_of(id.as_bytes(), self.inner.shards)
     }
@@ -338,8 +337,8 @@ impl Queue {
     }
 
     /// Schedules many jobs: the fast path. Returns, in order, whether each was stored (false:
-    /// its id already existed, or appeared earlier in `jobs`). Jobs are grouped by shard and
-    /// sent up to 512 per script call, the shards' calls concurrently.
+    /// its id already existed, or appeared earlier in `jobs`). Jobs are grouped by shard,
+    /// sorted by due time and sent up to 512 per script call, the shards' calls concurrently.
     ///
     /// ```no_run
     /// # async fn run(queue: shardwheel_redis::Queue) -> Result<(), shardwheel_redis::Error> {
@@ -358,15 +357,26 @@ impl Queue {
         &self,
         jobs: impl IntoIterator<Item = (&'a str, When, &'a [u8])>,
     ) -> Result<Vec<bool>, Error> {
-        // (shard, mode) -> indices; mode 0 delay, 1 absolute.
+        // (shard, mode) -> indices; mode 0 delay, 1 absolute. Only an id's first occurrence
+        // is sent (a repeat is answered false here), so sorting cannot change which wins.
         let mut groups: Vec<Vec<usize>> = vec![Vec::new(); self.inner.shards as usize * 2];
         let mut encoded = Vec::new();
+        let mut seen = std::collections::HashSet::new();
         for (index, (id, when, payload)) in jobs.into_iter().enumerate() {
             check_id(id)?;
             let (mode, ms) = when.encode();
-            let group = self.shard(id) as usize * 2 + usize::from(mode == "a");
-            groups[group].push(index);
             encoded.push((id, ms, payload));
+            if seen.insert(id) {
+                let group = self.shard(id) as usize * 2 + usize::from(mode == "a");
+                groups[group].push(index);
+            }
+        }
+        let (shards, buckets) = (self.inner.shards, self.inner.buckets);
+        let hint_ms = ms(HINT_WITHIN);
+        // In time order, each insertion into the due set starts where the last one went, a
+        // path still in the server's cache.
+        for indices in &mut groups {
+            indices.sort_by_key(|&index| encoded[index].1);
         }
         let mut calls = Vec::new();
         for (group, indices) in groups.iter().enumerate() {
@@ -377,12 +387,13 @@ impl Queue {
                 invocation
                     .key(&keys.due)
                     .arg(&keys.payload_prefix)
-                    .arg(self.inner.shards)
-                    .arg(self.inner.buckets)
-                    .arg(mode);
+                    .arg(mode)
+                    .arg(&self.inner.channel)
+                    .arg(hint_ms);
                 for &index in chunk {
                     let (id, ms, payload) = encoded[index];
-                    invocation.arg(id).arg(ms).arg(payload);
+                    let bucket = bucket_of(id.as_bytes(), shards, buckets);
+                    invocation.arg(id).arg(ms).arg(bucket).arg(payload);
                 }
                 let mut conn = self.conn.clone();
                 calls.push(async move {

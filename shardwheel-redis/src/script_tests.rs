@@ -85,7 +85,10 @@ async fn schedule_stores_once_in_the_bucket_rust_computes_and_due_by_server_time
     support::schedule_new(&queue, jobs).await;
     let after = support::server_ms(&mut conn);
     for id in &ids {
-        // The Lua bucket function agrees with Rust's hash: the payload is where Rust says.
+        // The payload is where Rust's hash says (the client names the hash to schedule),
+        // and bucket.lua, which the other scripts use, finds it there (status).
+        let found = queue.status(id).await.unwrap().map(|(_, payload)| payload);
+        assert_eq!(found.as_deref(), Some(id.as_bytes()), "status of {id}");
         let h = hash(id.as_bytes());
         let keys = ShardKeys::new("s", h % 4);
         let bucket = format!("{}{}", keys.payload_prefix, (h / 4) % 8);
@@ -119,16 +122,23 @@ async fn schedule_stores_once_in_the_bucket_rust_computes_and_due_by_server_time
     let (state, payload) = queue.status("job-7").await.unwrap().unwrap();
     assert_eq!(payload, b"job-7");
     assert!(matches!(state, JobState::Pending { attempts: 0, .. }));
-    // A duplicate inside one batch: only the first is stored.
+    // A duplicate inside one batch: only the first is stored, even when a later one is due
+    // sooner (the batch is sent sorted by due time).
     let stored = queue
         .schedule_many([
-            ("dup", When::After(Duration::ZERO), &b"1"[..]),
+            ("dup", When::After(Duration::from_secs(60)), &b"1"[..]),
             ("dup", When::After(Duration::ZERO), &b"2"[..]),
+            ("dup", When::After(Duration::from_secs(1)), &b"3"[..]),
         ])
         .await
         .unwrap();
-    assert_eq!(stored, vec![true, false]);
-    assert_eq!(queue.status("dup").await.unwrap().unwrap().1, b"1");
+    assert_eq!(stored, vec![true, false, false]);
+    let (state, payload) = queue.status("dup").await.unwrap().unwrap();
+    assert_eq!(payload, b"1");
+    let JobState::Pending { due, .. } = state else {
+        panic!("dup is {state:?}");
+    };
+    assert!(due > queue.server_time().await.unwrap() + Duration::from_secs(30));
 }
 
 #[tokio::test]
@@ -177,6 +187,52 @@ async fn claim_takes_a_bounded_batch_within_the_window_with_fresh_tokens() {
         queue.status("0").await.unwrap().unwrap().0,
         JobState::Claimed { attempt: 1, .. }
     ));
+}
+
+fn lease_until(state: JobState) -> std::time::SystemTime {
+    match state {
+        JobState::Claimed { lease_until, .. } => lease_until,
+        other => panic!("not claimed: {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn extend_is_fenced_by_the_token_and_never_revives_a_lease() {
+    let server = support::Server::start();
+    let queue = queue(&server, "x").await;
+    queue.schedule("e", Duration::ZERO, b"x").await.unwrap();
+    let se = shard(&queue, "e");
+    let (_, jobs, _) = claim(&queue, se, 0, 1_000, 10, 5).await;
+    let token = jobs.iter().find(|j| j.0 == "e").unwrap().2;
+    let first = lease_until(queue.status("e").await.unwrap().unwrap().0);
+    let extend =
+        |token, lease| crate::lease::extend(&queue, se, "e", token, Duration::from_secs(lease));
+    // Another token is refused and leaves the lease as it was.
+    assert!(!extend(token + 1, 60).await.unwrap());
+    assert_eq!(
+        lease_until(queue.status("e").await.unwrap().unwrap().0),
+        first
+    );
+    // The live token moves the expiry to a minute past the server's clock.
+    let before = queue.server_time().await.unwrap();
+    assert!(extend(token, 60).await.unwrap());
+    let extended = lease_until(queue.status("e").await.unwrap().unwrap().0);
+    // (The script counts whole milliseconds.)
+    assert!(
+        extended + Duration::from_millis(1) > before + Duration::from_secs(60),
+        "{extended:?}"
+    );
+    // A shorter extension never shortens it.
+    assert!(extend(token, 1).await.unwrap());
+    assert_eq!(
+        lease_until(queue.status("e").await.unwrap().unwrap().0),
+        extended
+    );
+    // Once acked (or cancelled, reaped), the token extends nothing and revives nothing.
+    assert_eq!(settle(&queue, se, 5, &[("e", token, "a")]).await, vec![1]);
+    assert!(!extend(token, 60).await.unwrap());
+    assert_eq!(queue.status("e").await.unwrap(), None);
+    assert_eq!(queue.counts().await.unwrap().claimed, 0);
 }
 
 #[tokio::test]

@@ -2,7 +2,7 @@
 //!
 //! Each file's header lists its `KEYS` and `ARGV`, its atomic contract and the bound on its
 //! work. `lua/bucket.lua` (the id hash that finds a payload hash) is prepended to each
-//! script that needs it. `redis::Script` sends `EVALSHA` and loads the script on a
+//! script that needs it (`schedule` is given each job's payload hash by the client instead). `redis::Script` sends `EVALSHA` and loads the script on a
 //! `NOSCRIPT` reply, so a restarted server or a new cluster node is served transparently.
 //! Every script starts from the server's `TIME`: no client clock decides when a job is due.
 
@@ -20,6 +20,7 @@ pub(crate) struct Scripts {
     pub cancel: Script,
     pub reschedule: Script,
     pub status: Script,
+    pub extend: Script,
 }
 
 fn with_bucket(source: &str) -> Script {
@@ -28,10 +29,11 @@ fn with_bucket(source: &str) -> Script {
 
 /// The scripts of this process (hashed once).
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
-    schedule: with_bucket(include_str!("lua/schedule.lua")),
+    schedule: Script::new(include_str!("lua/schedule.lua")),
     claim: with_bucket(include_str!("lua/claim.lua")),
     settle: with_bucket(include_str!("lua/settle.lua")),
     cancel: with_bucket(include_str!("lua/cancel.lua")),
     reschedule: with_bucket(include_str!("lua/reschedule.lua")),
     status: with_bucket(include_str!("lua/status.lua")),
+    extend: Script::new(include_str!("lua/extend.lua")),
 });

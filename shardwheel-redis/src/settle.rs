@@ -5,7 +5,10 @@
 //! whose job was cancelled or rescheduled meanwhile, is refused and counted as such. The
 //! settler takes whatever outcomes are queued (up to 16 script batches), groups them by
 //! shard and sends the shards' calls concurrently, so acks cost a fraction of a round trip
-//! each under load. A failed call is retried once (fenced steps are safe to repeat); after
+//! each under load. It does not wait for more: gathering outcomes for 50 ms made the calls
+//! 20 times fewer in D1 (1,000,000 acks in about 24,000 calls instead of 458,580) but
+//! raised the p99 lateness of its jobs from about 6 ms to 27-36 ms on the 2-core machine,
+//! and did not raise its schedule rate. A failed call is retried once (fenced steps are safe to repeat); after
 //! that the lease is left to expire and the job runs again.
 
 use std::sync::Arc;

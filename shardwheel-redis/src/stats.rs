@@ -47,6 +47,12 @@ pub struct Stats {
     /// Runs that started before their due time by the server's clock, as far as the claim's
     /// round trip can tell: 0 unless a clock jumps.
     pub early: u64,
+    /// Lease extensions made for handlers still running (see
+    /// [`WorkerBuilder::extend_for`](crate::WorkerBuilder::extend_for)).
+    pub extended: u64,
+    /// Wake-up hints heard (a job due within a second was scheduled): each starts a claim
+    /// round before the next poll.
+    pub woken: u64,
     /// Redis calls that failed (each is retried later or left to the lease).
     pub errors: u64,
     /// Jobs held in the local timer, waiting for their due time.
@@ -75,8 +81,8 @@ impl fmt::Display for Stats {
         write!(
             f,
             "claimed={} delivered={} acked={} refused={} retried={} dead_lettered={} \
-             released={} reaped={} early={} errors={} held={} late_p50={:?} late_p99={:?} \
-             late_max={:?}",
+             released={} reaped={} early={} extended={} woken={} errors={} held={} late_p50={:?} \
+             late_p99={:?} late_max={:?}",
             self.claimed,
             self.delivered,
             self.acked,
@@ -86,6 +92,8 @@ impl fmt::Display for Stats {
             self.released,
             self.reaped,
             self.early,
+            self.extended,
+            self.woken,
             self.errors,
             self.held,
             self.lateness(0.5),
@@ -114,6 +122,8 @@ pub(crate) struct Counters {
     pub released: AtomicU64,
     pub reaped: AtomicU64,
     pub early: AtomicU64,
+    pub extended: AtomicU64,
+    pub woken: AtomicU64,
     pub errors: AtomicU64,
     pub held: AtomicU64,
     lateness: Mutex<Option<Histogram<u64>>>,
@@ -155,6 +165,8 @@ impl Counters {
             released: get(&self.released),
             reaped: get(&self.reaped),
             early: get(&self.early),
+            extended: get(&self.extended),
+            woken: get(&self.woken),
             errors: get(&self.errors),
             held: get(&self.held),
             lateness,

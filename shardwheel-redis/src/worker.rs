@@ -1,17 +1,19 @@
 //! The worker: claims the next few seconds of jobs into a local shardwheel `Timer`, runs each
 //! at its due time, settles it in Redis.
 //!
-//! Three tasks and the timer's reaper thread:
+//! Four tasks and the timer's reaper thread:
 //! - the **claimer** runs `claim.lua` on every shard at once: it takes back expired leases,
 //!   then leases up to `batch` jobs due within `window` to this worker. Each reply carries
 //!   the server's `TIME`, which tightens the worker's bounds on the server's clock (`clock`:
 //!   the fastest round trip seen wins); each job's due time becomes the first local
 //!   `Instant` at which the server's clock has certainly reached it, and goes into the
 //!   `Timer`. A shard that gave a full batch is asked again at once; after a round with none
-//!   full the claimer sleeps `poll`.
+//!   full the claimer sleeps `poll`, or until a wake-up hint (`hint`) says a job due soon
+//!   was scheduled.
 //! - the timer's reaper fires each job at its instant into a channel; the **dispatcher**
 //!   records lateness and runs the handler: polled once in place (a handler done at once
-//!   costs no task), spawned otherwise (at most `concurrency` at once);
+//!   costs no task), spawned otherwise (at most `concurrency` at once), its lease extended
+//!   while it runs (`lease`);
 //! - the **settler** batches the outcomes per shard into `settle.lua` calls: ack on success,
 //!   fail (retry with backoff, or dead-letter) on an error or a panic, each fenced by the
 //!   lease's token so a worker whose lease expired is refused.
@@ -37,6 +39,8 @@ use tokio::task::JoinHandle;
 use crate::claim::{Claimed, claim_loop};
 use crate::clock::ServerClock;
 use crate::error::Error;
+use crate::hint::hint_loop;
+use crate::lease::keep_lease;
 use crate::queue::Queue;
 use crate::settle::{Action, Settle, settle_loop};
 use crate::stats::{Counters, Stats};
@@ -91,6 +95,7 @@ pub struct WorkerBuilder {
     pub(crate) backoff_cap: Duration,
     pub(crate) max_held: usize,
     pub(crate) concurrency: usize,
+    pub(crate) extend_for: Duration,
 }
 
 impl Default for WorkerBuilder {
@@ -105,6 +110,7 @@ impl Default for WorkerBuilder {
             backoff_cap: Duration::from_secs(600),
             max_held: 1_000_000,
             concurrency: 1024,
+            extend_for: Duration::from_secs(3600),
         }
     }
 }
@@ -129,9 +135,11 @@ impl WorkerBuilder {
         self
     }
 
-    /// How long after its due time a claim stays this worker's (default 30 s): a handler
-    /// must finish within it, or the job is taken back and run again, and this run's ack
-    /// is refused.
+    /// How long after its due time a claim stays this worker's (default 30 s). A handler
+    /// still running a third of it later has the lease extended to this long past the
+    /// server's clock, every third of it, for up to [`extend_for`](Self::extend_for); a
+    /// job whose lease ends (the worker died or stalled) is taken back and run again, and
+    /// the late run's ack is refused.
     ///
     /// ```
     /// use std::time::Duration;
@@ -212,6 +220,20 @@ impl WorkerBuilder {
         self
     }
 
+    /// How long a running handler's lease is kept extended (default 1 hour; zero: never
+    /// extended). Past it a handler that is stuck stops holding its job, which is taken back
+    /// when the lease ends and runs again.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// // Handlers that may run for a day.
+    /// let builder = shardwheel_redis::Worker::builder().extend_for(Duration::from_secs(86_400));
+    /// ```
+    pub fn extend_for(mut self, extend_for: Duration) -> Self {
+        self.extend_for = extend_for;
+        self
+    }
+
     /// Starts the worker on the current tokio runtime: `handler` runs once per delivery,
     /// at the job's due time; `Ok` acknowledges the job, `Err` (or a panic) fails the
     /// attempt.
@@ -276,6 +298,7 @@ impl WorkerBuilder {
             config: self,
             counters: Counters::default(),
             stop: Notify::new(),
+            wake: Notify::new(),
             stopping: std::sync::atomic::AtomicBool::new(false),
         });
         let timer = Arc::new(timer);
@@ -295,6 +318,7 @@ impl WorkerBuilder {
             concurrency,
         ));
         let settler = runtime.spawn(settle_loop(Arc::clone(&shared), settle_rx));
+        let hints = runtime.spawn(hint_loop(Arc::clone(&shared)));
         Ok(Worker {
             shared,
             timer: Some(timer),
@@ -302,6 +326,7 @@ impl WorkerBuilder {
                 claimer,
                 dispatcher,
                 settler,
+                hints,
                 settle_tx,
                 timer_done_tx,
             }),
@@ -315,6 +340,8 @@ pub(crate) struct Shared {
     pub(crate) config: WorkerBuilder,
     pub(crate) counters: Counters,
     pub(crate) stop: Notify,
+    /// A wake-up hint was heard: the claimer starts a round now.
+    pub(crate) wake: Notify,
     pub(crate) stopping: std::sync::atomic::AtomicBool,
 }
 
@@ -329,6 +356,7 @@ struct Tasks {
     claimer: JoinHandle<()>,
     dispatcher: JoinHandle<()>,
     settler: JoinHandle<()>,
+    hints: JoinHandle<()>,
     settle_tx: mpsc::UnboundedSender<Settle>,
     timer_done_tx: oneshot::Sender<()>,
 }
@@ -412,6 +440,7 @@ impl Worker {
         let Some(tasks) = self.tasks.take() else {
             return;
         };
+        tasks.hints.abort();
         self.shared
             .stopping
             .store(true, std::sync::atomic::Ordering::Relaxed);
@@ -442,6 +471,7 @@ impl Worker {
 impl Drop for Worker {
     fn drop(&mut self) {
         if let Some(tasks) = self.tasks.take() {
+            tasks.hints.abort();
             self.shared
                 .stopping
                 .store(true, std::sync::atomic::Ordering::Relaxed);
@@ -508,7 +538,7 @@ async fn dispatch_loop<F, Fut, E>(
             ));
         }
         let (shard, token, id) = (claimed.shard, claimed.token, claimed.job.id.clone());
-        let settle = move |action| Settle {
+        let settle = move |id, action| Settle {
             shard,
             id,
             token,
@@ -518,23 +548,25 @@ async fn dispatch_loop<F, Fut, E>(
         // panics while running does; neither stops the dispatcher.
         let job = claimed.job;
         let Ok(run) = std::panic::catch_unwind(AssertUnwindSafe(|| handler(job))) else {
-            let _ = settle_tx.send(settle(Action::Fail));
+            let _ = settle_tx.send(settle(id, Action::Fail));
             continue;
         };
         let mut run = Box::pin(AssertUnwindSafe(run).catch_unwind());
         // One poll here: a handler that is done at once (a burst of quick jobs) costs no
         // task. One that is not is spawned, and polled again there with a real waker.
         if let Some(outcome) = run.as_mut().now_or_never() {
-            let _ = settle_tx.send(settle(action(outcome)));
+            let _ = settle_tx.send(settle(id, action(outcome)));
             continue;
         }
         let Ok(permit) = Arc::clone(&permits).acquire_owned().await else {
             break;
         };
         let settle_tx = settle_tx.clone();
+        let shared = Arc::clone(&shared);
         tokio::spawn(async move {
-            let outcome = run.await;
-            let _ = settle_tx.send(settle(action(outcome)));
+            // It runs on: its lease is extended while it does (`lease`).
+            let outcome = keep_lease(&shared, shard, &id, token, run).await;
+            let _ = settle_tx.send(settle(id, action(outcome)));
             drop(permit);
         });
     }

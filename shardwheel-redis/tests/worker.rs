@@ -1,5 +1,6 @@
 //! The worker in this process against a real server: delivery once and never early,
-//! graceful stop, retries and the dead-letter set, cancel racing claims, duplicate ids.
+//! graceful stop, retries and the dead-letter set, cancel racing claims, duplicate ids,
+//! lease extension for long handlers, wake-up hints and their loss.
 
 mod support;
 
@@ -19,14 +20,18 @@ fn recording() -> (
     let seen: Seen = Arc::default();
     let record = Arc::clone(&seen);
     (seen, move |job: Job| {
-        record
-            .lock()
-            .unwrap()
-            .entry(job.id)
-            .or_default()
-            .push(job.attempt);
+        note(&record, job);
         std::future::ready(Ok(()))
     })
+}
+
+/// Records a run of `job`.
+fn note(seen: &Seen, job: Job) {
+    seen.lock()
+        .unwrap()
+        .entry(job.id)
+        .or_default()
+        .push(job.attempt);
 }
 
 async fn empty(queue: &Queue) -> bool {
@@ -272,4 +277,131 @@ async fn duplicate_ids_from_racing_producers_run_once_with_the_first_payload() {
     for (id, runs) in payloads.iter() {
         assert_eq!(runs, &vec![expected[id].clone()], "{id}");
     }
+}
+
+/// A job due now whose first run takes 3 s, under a 1 s lease that the worker's own claims
+/// (every 50 ms) would take back once expired, with leases extended for `extend_for`:
+/// the attempts it ran and the worker's statistics.
+async fn run_past_the_lease(extend_for: Duration) -> (Vec<u32>, shardwheel_redis::Stats) {
+    let server = support::Server::start();
+    let queue = Queue::connect(&server.url(), "long").await.unwrap();
+    queue.schedule("long", Duration::ZERO, b"").await.unwrap();
+    let seen: Seen = Arc::default();
+    let record = Arc::clone(&seen);
+    let handler = move |job: Job| {
+        let run = Duration::from_secs(if job.attempt == 1 { 3 } else { 0 });
+        note(&record, job);
+        async move {
+            tokio::time::sleep(run).await;
+            Ok::<(), ()>(())
+        }
+    };
+    let worker = Worker::builder()
+        .lease(Duration::from_secs(1))
+        .poll(Duration::from_millis(50))
+        .extend_for(extend_for)
+        .start(queue.clone(), handler)
+        .unwrap();
+    support::until("the job acked", async || empty(&queue).await).await;
+    let stats = worker.stop().await;
+    let runs = seen.lock().unwrap()["long"].clone();
+    (runs, stats)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_running_past_its_lease_keeps_it_and_runs_once() {
+    let (runs, stats) = run_past_the_lease(Duration::from_secs(3600)).await;
+    assert_eq!(runs, vec![1], "ran again");
+    assert_eq!((stats.acked, stats.refused, stats.reaped), (1, 0, 0));
+    assert!(stats.extended >= 2, "{stats}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_extension_a_handler_past_its_lease_loses_the_job() {
+    let (runs, stats) = run_past_the_lease(Duration::ZERO).await;
+    // The lease ended under the first run: the job was taken back and ran again (at once),
+    // and the first run's ack was refused.
+    assert_eq!(runs, vec![1, 2]);
+    assert_eq!((stats.acked, stats.refused, stats.extended), (1, 1, 0));
+    assert!(stats.reaped >= 1, "{stats}");
+}
+
+/// Subscribers of the queue's wake-up channel, and claim script calls so far.
+fn subscribers_and_calls(conn: &mut redis::Connection, queue: &str) -> (i64, i64) {
+    let (_, subscribers): (String, i64) = redis::cmd("PUBSUB")
+        .arg("NUMSUB")
+        .arg(format!("{{{queue}}}:wake"))
+        .query(conn)
+        .unwrap();
+    let stats: String = redis::cmd("INFO").arg("commandstats").query(conn).unwrap();
+    let calls = stats
+        .lines()
+        .find_map(|line| line.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |calls| calls.parse().unwrap());
+    (subscribers, calls)
+}
+
+/// A server, a connection to it and a queue `name` with a recording worker polling every
+/// `poll`.
+async fn hinted(
+    name: &str,
+    poll: Duration,
+) -> (support::Server, redis::Connection, Queue, Seen, Worker) {
+    let server = support::Server::start();
+    let conn = server.sync_conn();
+    let queue = Queue::connect(&server.url(), name).await.unwrap();
+    let (seen, handler) = recording();
+    let worker = Worker::builder()
+        .poll(poll)
+        .start(queue.clone(), handler)
+        .unwrap();
+    (server, conn, queue, seen, worker)
+}
+
+/// Schedules a job due now, waits until it is acked, stops the worker: it ran once.
+async fn deliver_now(queue: &Queue, worker: Worker, seen: &Seen) -> shardwheel_redis::Stats {
+    assert!(queue.schedule("now", Duration::ZERO, b"").await.unwrap());
+    support::until("the job acked", async || empty(queue).await).await;
+    let stats = worker.stop().await;
+    assert_eq!(seen.lock().unwrap().len(), 1);
+    stats
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wake_up_hint_claims_a_job_due_now_long_before_the_next_poll() {
+    // Polls an hour apart: only the hint can bring the job within the test's patience.
+    let (_server, mut conn, queue, seen, worker) = hinted("hint", Duration::from_secs(3600)).await;
+    // Subscribed, and the first round (one claim call per shard) done: the claimer sleeps.
+    support::until("subscribed after a round", async || {
+        let (subscribers, calls) = subscribers_and_calls(&mut conn, "hint");
+        subscribers == 1 && calls >= i64::from(queue.shards())
+    })
+    .await;
+    let stats = deliver_now(&queue, worker, &seen).await;
+    assert_eq!((stats.acked, stats.woken), (1, 1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_is_still_delivered_when_the_hint_subscription_is_lost() {
+    let (_server, mut conn, queue, seen, worker) =
+        hinted("nohint", Duration::from_millis(200)).await;
+    support::until("subscribed", async || {
+        subscribers_and_calls(&mut conn, "nohint").0 == 1
+    })
+    .await;
+    // Channels forbidden: the server drops the subscription, refuses a new one and the
+    // schedule script's PUBLISH.
+    redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("default")
+        .arg("resetchannels")
+        .query::<()>(&mut conn)
+        .unwrap();
+    support::until("unsubscribed", async || {
+        subscribers_and_calls(&mut conn, "nohint").0 == 0
+    })
+    .await;
+    let stats = deliver_now(&queue, worker, &seen).await;
+    assert_eq!((stats.acked, stats.woken), (1, 0));
 }

@@ -33,7 +33,7 @@ use crate::slots::{
     self, CANCELLED, FIRING, FLAGS, Freed, PENDING, Pin, QUEUED, RESETTING, STAGED, Slot, Slots,
 };
 use crate::stage::Stage;
-use crate::stats::ShardStats;
+use crate::stats::{Counts, ShardStats};
 use crate::sync::{self, AtomicBool, AtomicU64, Ordering};
 use crate::wakeup::Wakeup;
 use crossbeam_utils::CachePadded;
@@ -44,6 +44,10 @@ use std::time::Duration;
 /// How long cancelled timers may wait for the reaper while cancels keep coming (see
 /// `run`): their memory comes back within about this long.
 const TIDY_INTERVAL: Duration = Duration::from_millis(10);
+
+/// The longest a reaper sleeps, even with nothing due: producers stage a timer due later
+/// than that without waking it (see `stage`). A pass a second costs a few microseconds.
+const IDLE_HORIZON: Duration = Duration::from_secs(1);
 
 /// How often the reaper comes back to a shrink under way: a step sorts for 0.1 ms at most
 /// (see `slots`), so the shrink takes a tenth of the reaper's time while it lasts.
@@ -223,12 +227,24 @@ impl<T> Shard<T> {
     /// A copy of the shard's counts and histograms.
     pub(crate) fn stats(&self) -> ShardStats {
         let mut stats = self.reaper_stats().clone();
-        stats.reset = self.counts.resets.load(Ordering::Relaxed);
-        (stats.scheduled, stats.cancelled) = self.scheduled_and_cancelled();
-        stats.pending = self.pending();
-        stats.panicked = self.panicked();
-        stats.slots = u64::from(self.slots.claimed());
+        self.count_producers(&mut stats.counts);
         stats
+    }
+
+    /// A copy of the shard's counts alone.
+    pub(crate) fn counts(&self) -> Counts {
+        let mut counts = self.reaper_stats().counts;
+        self.count_producers(&mut counts);
+        counts
+    }
+
+    /// Fills in what the producers count rather than the reaper.
+    fn count_producers(&self, counts: &mut Counts) {
+        counts.reset = self.counts.resets.load(Ordering::Relaxed);
+        (counts.scheduled, counts.cancelled) = self.scheduled_and_cancelled();
+        counts.pending = self.pending();
+        counts.panicked = self.panicked();
+        counts.slots = u64::from(self.slots.claimed());
     }
 
     fn reaper_stats(&self) -> MutexGuard<'_, ShardStats> {

@@ -4,7 +4,7 @@
 //! `PENDING`, so a timer fires once or is cancelled, never both), and the loop parks until
 //! the next deadline.
 
-use super::{BATCH, SHRINK_INTERVAL, Shard, TIDY_INTERVAL};
+use super::{BATCH, IDLE_HORIZON, SHRINK_INTERVAL, Shard, TIDY_INTERVAL};
 use crate::clock::{self, Clock};
 use crate::due::{Due, Near};
 use crate::slab::NIL;
@@ -32,35 +32,32 @@ impl<T> Shard<T> {
             if due.wheel.next_deadline().is_some_and(|tick| tick <= now) {
                 continue;
             }
-            let wake_at = match (self.wake_target(&due), self.next_staged(&due)) {
-                (Some(wheel), Some(staged)) => Some(wheel.min(staged)),
-                (wheel, staged) => wheel.or(staged),
-            };
-            if wake_at.is_some_and(|at| at <= clock.elapsed()) {
+            let wake_at = [self.wake_target(&due), self.next_staged(&due)]
+                .into_iter()
+                .flatten()
+                .min();
+            let elapsed = clock.elapsed();
+            if wake_at.is_some_and(|at| at <= elapsed) {
                 continue;
             }
-            if let Some(at) =
-                wake_at.filter(|at| at.saturating_sub(clock.elapsed()) <= self.spin_nanos)
-            {
+            if let Some(at) = wake_at.filter(|at| at - elapsed <= self.spin_nanos) {
                 self.spin_until(&due, at, clock);
                 continue;
             }
-            if self.may_sleep(&due, wake_at.unwrap_or(u64::MAX), tidying) {
+            // The reaper wakes for its next work, and at the latest after a while (the
+            // tidy interval, or `IDLE_HORIZON`): it plans that, so producers need not wake
+            // it for timers due later (they would, for each first timer of an idle one).
+            let interval = match (tidying, due.shrinking) {
+                (false, _) => IDLE_HORIZON,
+                (true, false) => TIDY_INTERVAL,
+                (true, true) => SHRINK_INTERVAL,
+            };
+            let horizon = elapsed.saturating_add(clock::nanos(interval));
+            let plan = wake_at.map_or(horizon, |at| at.min(horizon));
+            if self.may_sleep(&due, plan, tidying) {
                 // With a spin, wake that much early and spin the rest (above).
-                let until_next = wake_at.map(|at| {
-                    Duration::from_nanos(at.saturating_sub(self.spin_nanos + clock.elapsed()))
-                });
-                let interval = if due.shrinking {
-                    SHRINK_INTERVAL
-                } else {
-                    TIDY_INTERVAL
-                };
-                match (until_next, tidying) {
-                    (Some(wait), false) => sync::park_timeout(wait),
-                    (Some(wait), true) => sync::park_timeout(wait.min(interval)),
-                    (None, true) => sync::park_timeout(interval),
-                    (None, false) => sync::thread::park(),
-                }
+                let wait = plan.saturating_sub(self.spin_nanos + clock.elapsed());
+                sync::park_timeout(Duration::from_nanos(wait));
             }
         }
         self.wind_up(&mut due)
@@ -374,6 +371,7 @@ impl<T> Shard<T> {
     pub(super) fn contain(&self, user_code: impl FnOnce()) {
         if let Err(panic) = catch_unwind(AssertUnwindSafe(user_code)) {
             self.panicked.fetch_add(1, Ordering::Relaxed);
+            crate::observe::callback_panicked(&*panic);
             let _ = catch_unwind(AssertUnwindSafe(|| drop(panic)));
         }
     }

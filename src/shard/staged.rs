@@ -136,9 +136,13 @@ impl<T> Shard<T> {
     /// The owner, holding its stage, hands the timers staged over to the reaper as one
     /// batch, and wakes it if it planned to sleep past the earliest of them.
     fn hand_over(&self, stage: &Stage) {
-        // SAFETY: the caller holds the stage.
+        // SAFETY: the caller holds the stage. The next batch starts with the room this one
+        // needed.
         let batch = unsafe {
-            stage.with(|held| std::mem::replace(&mut held.staged, Vec::with_capacity(STAGE_LEN)))
+            stage.with(|held| {
+                let room = held.staged.len();
+                std::mem::replace(&mut held.staged, Vec::with_capacity(room))
+            })
         };
         let min = stage.min().unwrap_or(u64::MAX);
         stage.set_hints(0, u64::MAX);

@@ -128,7 +128,7 @@ fn allocate_chunk(layout: Layout) -> *mut u8 {
     let memory = pages::allocate_zeroed(layout);
     // Miri cannot run the system call; it is advice only, so skipping it changes nothing
     // that Miri checks.
-    #[cfg(all(target_os = "linux", not(miri)))]
+    #[cfg(all(target_os = "linux", feature = "mmap", not(miri)))]
     if layout.size() >= HUGE_PAGE {
         // SAFETY: the range is exactly the allocation just made, which nothing else uses
         // yet, and it starts on a huge-page (so page) boundary. MADV_HUGEPAGE changes how

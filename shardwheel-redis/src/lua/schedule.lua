@@ -2,29 +2,42 @@
 --
 -- KEYS[1]  due sorted set of the shard ({queue:shard}:due; member id, score due ms)
 -- ARGV[1]  prefix of the shard's payload hashes ({queue:shard}:j:), same hash slot
--- ARGV[2]  shard count of the queue        ARGV[3]  payload hashes per shard
--- ARGV[4]  'd': the times below are delays in ms from the server's TIME;
+-- ARGV[2]  'd': the times below are delays in ms from the server's TIME;
 --          'a': they are absolute due times in Unix ms
--- ARGV[5..] triples: id, delay or due ms, payload
+-- ARGV[3]  the queue's wake-up channel   ARGV[4] hint horizon ms
+-- ARGV[5..] quadruples: id, delay or due ms, the id's payload hash (its number under the
+--          prefix, from `keys::bucket_of`, the hash that bucket.lua computes for the other
+--          scripts), payload
 --
 -- Contract: for each job, if its id already has a payload (pending, claimed or dead), nothing
 -- changes and its result is 0; otherwise the payload is stored and the id enters the due
 -- set at its due time, result 1. Returns the results in order. Due times are computed from
--- the server's clock only.
+-- the server's clock only. If a stored job is due within ARGV[4] ms, one message goes to
+-- the wake-up channel, a hint that lets a waiting worker claim it before its next poll;
+-- nothing depends on it being heard, and a refused PUBLISH (an ACL) does not fail the call.
 -- Bound: O(n log N) for n jobs in the call (the client sends at most 512 a call), n + 2
--- redis calls.
--- bucket(prefix, id, shards, buckets) is prepended from bucket.lua when loaded (scripts.rs).
+-- redis calls. The work per job is kept to the HSETNX and a share of one ZADD: the client
+-- computes the payload hash's number and sends the jobs sorted by time, and times are
+-- formatted as integers (string.format '%d') rather than by Lua's float formatting.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local prefix, shards, buckets = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local relative = ARGV[4] == 'd'
+local prefix = ARGV[1]
+local relative = ARGV[2] == 'd'
+local soon = now + tonumber(ARGV[4])
+local wake = false
 local out = {}
 local zadd = {}
-for i = 5, #ARGV, 3 do
+for i = 5, #ARGV, 4 do
   local id = ARGV[i]
-  local when = tonumber(ARGV[i + 1])
-  if redis.call('HSETNX', bucket(prefix, id, shards, buckets), id, ARGV[i + 2]) == 1 then
-    if relative then when = now + when end
+  if redis.call('HSETNX', prefix .. ARGV[i + 2], id, ARGV[i + 3]) == 1 then
+    local when = ARGV[i + 1]
+    if relative then
+      local at = now + tonumber(when)
+      wake = wake or at <= soon
+      when = string.format('%d', at)
+    else
+      wake = wake or tonumber(when) <= soon
+    end
     zadd[#zadd + 1] = when
     zadd[#zadd + 1] = id
     out[#out + 1] = 1
@@ -34,4 +47,5 @@ for i = 5, #ARGV, 3 do
 end
 -- One variadic ZADD: fewer calls and a shorter AOF than one per job.
 if #zadd > 0 then redis.call('ZADD', KEYS[1], unpack(zadd)) end
+if wake then redis.pcall('PUBLISH', ARGV[3], KEYS[1]) end
 return out

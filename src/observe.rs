@@ -1,0 +1,90 @@
+//! What the engine tells the observability crates, each behind its own feature.
+//!
+//! - `metrics`: [`Timer::record_metrics`] sets the `metrics` facade's counters and gauges
+//!   to the engine's counts and lateness, shard by shard, when called. The engine's
+//!   counters are totals kept by the reapers anyway, so the facade's counters are set to
+//!   them (`Counter::absolute`) rather than bumped at each event: the reapers' passes pay
+//!   nothing for it, and calls may come at any rate (a scrape, a period).
+//! - `tracing`: a reaper that catches a callback's panic logs it as an event at error
+//!   level, with the panic's message (the payload, when it is a string).
+
+#[cfg(feature = "metrics")]
+use crate::stats::{Counts, Stats};
+#[cfg(feature = "metrics")]
+use crate::timer::Timer;
+use std::any::Any;
+
+/// The lateness quantiles recorded, as their label and value.
+#[cfg(feature = "metrics")]
+const QUANTILES: [(&str, f64); 5] = [
+    ("0.5", 0.5),
+    ("0.9", 0.9),
+    ("0.99", 0.99),
+    ("0.999", 0.999),
+    ("1", 1.0),
+];
+
+#[cfg(feature = "metrics")]
+impl<T: Send + 'static> Timer<T> {
+    /// Sets the `metrics` facade's metrics to this timer's counts and lateness, for each
+    /// shard, labelled `timer` (with `name`) and `shard` (its index): counters
+    /// `shardwheel_scheduled_total`, `_fired_total`, `_cancelled_total`, `_reset_total`,
+    /// `_panicked_total`, `_cascaded_total` and `_passes_total` (each set to the total,
+    /// see [`Counts`]), gauges `shardwheel_pending` and `shardwheel_slots`, and the gauge
+    /// `shardwheel_lateness_seconds` with a `quantile` label (0.5, 0.9, 0.99, 0.999 and
+    /// 1, the maximum; see [`Stats::lateness`]).
+    ///
+    /// Call it periodically (each second, say) or before each scrape; it reads each
+    /// shard's [`stats`](Self::stats), histograms included, so it costs some
+    /// microseconds a shard. The recorder is whatever the `metrics` crate has installed.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// let timer = shardwheel::Timer::builder().manual().build_with(|_: u32| {}).unwrap();
+    /// timer.insert(Duration::from_millis(5), 1).unwrap();
+    /// timer.advance(Duration::from_millis(10)).unwrap();
+    /// timer.record_metrics("jobs"); // no recorder installed here: nothing is recorded
+    /// ```
+    pub fn record_metrics(&self, name: &str) {
+        for (index, shard) in self.scheduler().shards().iter().enumerate() {
+            let mut stats = Stats::new();
+            stats.merge(&shard.stats());
+            let labels = [("timer", name.to_owned()), ("shard", index.to_string())];
+            for (count, value) in stats.counts().named() {
+                if Counts::is_level(count) {
+                    metrics::gauge!(format!("shardwheel_{count}"), &labels).set(value as f64);
+                } else {
+                    metrics::counter!(format!("shardwheel_{count}_total"), &labels).absolute(value);
+                }
+            }
+            for (quantile, value) in QUANTILES {
+                let labels = [
+                    labels[0].clone(),
+                    labels[1].clone(),
+                    ("quantile", quantile.into()),
+                ];
+                metrics::gauge!("shardwheel_lateness_seconds", &labels)
+                    .set(stats.lateness(value).as_secs_f64());
+            }
+        }
+    }
+}
+
+/// A reaper caught `panic` from a timer's callback (or handler, or a payload's drop).
+#[cfg(feature = "tracing")]
+pub(crate) fn callback_panicked(panic: &(dyn Any + Send)) {
+    let message = panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(a panic payload that is not a string)");
+    tracing::error!(
+        panic = message,
+        "a timer's callback panicked; its shard goes on"
+    );
+}
+
+/// A reaper caught `panic` from a timer's callback: nothing to tell without `tracing`.
+#[cfg(not(feature = "tracing"))]
+pub(crate) fn callback_panicked(_: &(dyn Any + Send)) {}
