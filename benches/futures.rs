@@ -14,8 +14,9 @@
 //!   completes: the timer is registered at the first `Pending` and cancelled by the drop, the
 //!   common case of a request that beats its timeout. Figure: operations per second.
 //!
-//! Implementations: shardwheel's `Timer::timeout` (one `Timer` for the run, default
-//! shards), `pingora_timeout::timeout` (registers lazily, rounds to 10 ms, on a global
+//! Implementations: `shardwheel::timeout` (on the process-wide `Timer::global()`, default
+//! shards; `Timer::timeout` on a timer the program owns also counts a reference to it per
+//! timeout, which makes `mode=ready` several times dearer), `pingora_timeout::timeout` (registers lazily, rounds to 10 ms, on a global
 //! timer), tokio's `tokio::time::timeout`, and no timeout at all (the runtime's own cost of
 //! the same tasks: the floor). They take turns over rounds in one process, the first in a
 //! round rotating; a first round warms the allocator and the runtime and is not counted.
@@ -52,7 +53,7 @@ use mimalloc::MiMalloc;
 use shardwheel::Timer;
 use std::future::{Future, pending};
 use std::hint::black_box;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::runtime::Runtime;
 
@@ -84,10 +85,6 @@ trait Timeouts: Send + Sync + 'static {
     }
 }
 
-/// One timer for the whole run, as a server keeps one (and as tokio's runtime and Pingora
-/// keep theirs): a fresh one each round would also measure its slots' growth.
-static TIMER: OnceLock<Timer> = OnceLock::new();
-
 /// Shardwheel's timer, and the timers its reapers had taken in before this round.
 struct Shardwheel(&'static Timer, u64);
 
@@ -95,12 +92,16 @@ impl Timeouts for Shardwheel {
     const NAME: &'static str = "shardwheel";
 
     fn new() -> Self {
-        let timer = TIMER.get_or_init(|| Timer::builder().build().expect("timer"));
+        // The process-wide timer, as a server keeps one (and as tokio's runtime and
+        // Pingora keep theirs): a fresh one each round would also measure its slots'
+        // growth. Its futures hold no reference count; a timer the program owns and
+        // clones adds one per future (see `global` in the crate).
+        let timer = Timer::global();
         Shardwheel(timer, quiet(timer))
     }
 
     async fn timeout<F: Future + Send>(&self, limit: Duration, work: F) -> Option<F::Output> {
-        self.0.timeout(limit, work).await.ok()
+        shardwheel::timeout(limit, work).await.ok()
     }
 
     fn timers(&self) -> Option<u64> {

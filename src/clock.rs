@@ -22,6 +22,15 @@ pub(crate) fn nanos(duration: Duration) -> u64 {
     u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
 }
 
+/// `now + delay`; past what an `Instant` can hold (centuries away), 30 years after `now`,
+/// as tokio's far future.
+pub(crate) fn instant_after(now: Instant, delay: Duration) -> Instant {
+    const FAR: Duration = Duration::from_secs(30 * 365 * 86_400);
+    now.checked_add(delay)
+        .or_else(|| now.checked_add(FAR))
+        .unwrap_or(now)
+}
+
 /// The tick a deadline is filed under: the first that starts at or after it.
 pub(crate) fn tick_of(deadline: u64, tick_nanos: u64) -> u64 {
     deadline.div_ceil(tick_nanos)
@@ -94,6 +103,11 @@ impl Clock {
         tick_at(elapsed, self.tick_nanos)
     }
 
+    /// The instant of a deadline (`elapsed` nanoseconds since the start).
+    pub(crate) fn instant_of(&self, elapsed: u64) -> Instant {
+        instant_after(self.start, Duration::from_nanos(elapsed))
+    }
+
     /// The deadline of `instant`; instants before the start are due at once.
     pub(crate) fn deadline_at(&self, instant: Instant) -> u64 {
         nanos(instant.saturating_duration_since(self.start))
@@ -138,6 +152,15 @@ mod tests {
             instant - engine < 1_000_000,
             "the same clock, to within a millisecond"
         );
+    }
+
+    #[test]
+    fn instants_and_deadlines_round_trip() {
+        let clock = Clock::new(Duration::from_millis(1));
+        for elapsed in [0, 1, 999_999, 5_000_000_000] {
+            assert_eq!(clock.deadline_at(clock.instant_of(elapsed)), elapsed);
+        }
+        assert!(clock.instant_of(u64::MAX) > clock.instant_of(1 << 60));
     }
 
     #[test]

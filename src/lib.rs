@@ -11,8 +11,10 @@
 //!   early; the reapers sleep until the next due bucket. [`Timer::stats`] tells how late
 //!   timers fired.
 //! - On the same engine: [`Timer::sleep`], [`Timer::sleep_until`] and [`Timer::timeout`],
-//!   futures for any executor; periodic timers ([`Timer::schedule_periodic`]); and
-//!   [`purgatory`], Kafka's delayed-operation purgatory.
+//!   owned (`'static`) futures for any executor; an async [`Interval`] and a
+//!   [`delay_queue::DelayQueue`]; periodic timers ([`Timer::schedule_periodic`]); and
+//!   [`purgatory`], Kafka's delayed-operation purgatory. Feature `hyper`: `HyperTimer`,
+//!   hyper's timer; feature `stream`: `Stream` for the queue and the interval.
 //! - [`Wheel`]: the single-threaded core on its own: insert, cancel and reset in O(1) with
 //!   generation-checked [`Key`]s, expiry driven by the caller's clock, and
 //!   [`Wheel::next_deadline`] to know how long to sleep.
@@ -33,6 +35,53 @@
 //! assert!(wheel.is_empty());
 //! ```
 //!
+//! # One engine per process
+//!
+//! A [`Timer`] is a handle: cloning it costs two reference counts and starts nothing, and
+//! every clone schedules on the same shards, served by the same reaper threads (one per
+//! shard); the engine shuts down when the last clone (or the last future holding it) is
+//! dropped. So a server builds one timer, or takes the process-wide [`Timer::global`],
+//! and hands clones to everything that needs time:
+//!
+//! - callbacks ([`Timer::schedule`]) and periodic timers run on its reapers;
+//! - its futures ([`Sleep`], [`Timeout`], [`Interval`], [`delay_queue::DelayQueue`], the
+//!   free functions [`sleep`] and [`timeout`] on the global one) are woken by them; a future
+//!   keeps the engine alive as a clone would, and a future of the global timer holds no
+//!   reference count at all, so that a timeout ready at once costs nothing but a compare;
+//! - payload timers: a [`Timer<T>`] (from [`Builder::build_with`]) stores a `T` per timer
+//!   in its slots and runs one handler, with no allocation per timer; that layout is its
+//!   own, so it has its own shards and reapers (a second set). Where one set matters more
+//!   than the allocation, schedule the payload in a callback on the shared timer instead
+//!   (`timer.schedule(delay, move || handler(payload))`: one box per timer);
+//! - a [`purgatory::Purgatory`] is a `Timer<T>` of its operations, so it too runs its own
+//!   set; build it with few shards (`Timer::builder().shards(1)`) where threads are
+//!   counted.
+//!
+//! The global timer is built at its first use with the builder's defaults (a shard and a
+//! reaper per core, threads that sleep until a deadline, so an idle one costs no CPU) and
+//! lives until the process exits; one can shut it down ([`Timer::shutdown`]) for all.
+//!
+//! # Deadlines
+//!
+//! A delay (`sleep`, `timeout`) counts from the future's first poll; an instant is the
+//! deadline as given. The futures, the queue and the interval take instants as
+//! `impl Into<Instant>`: std's `Instant`, or tokio's `tokio::time::Instant` (which converts
+//! into std's), with no feature needed. (Under tokio's paused test clock, tokio's instants
+//! are tokio's virtual time, which shardwheel does not follow: a test of code on
+//! shardwheel uses a manual timer and builds its deadlines from `timer.now()`.)
+//!
+//! # Tests on a manual clock
+//!
+//! A [manual](Builder::manual) timer has no reapers: its time moves only with
+//! [`Timer::advance`], which fires what comes due on the calling thread, and
+//! [`Timer::now`] reads it. Every `Instant` given to it (`schedule_at`, `sleep_until`,
+//! `reset_at`, `interval_at`, `insert_at`) is read against that clock, so a test builds
+//! its deadlines from `timer.now()` and real time passing changes nothing. A purgatory on a
+//! manual timer advances with [`purgatory::Purgatory::advance`]. There is no auto-advance
+//! (tokio's `start_paused`, where time jumps to the next deadline once every task waits):
+//! the engine cannot see whether the tasks of an arbitrary executor are idle; a test
+//! advances explicitly, which also says in the test how much time it means to pass.
+//!
 //! # Features
 //!
 //! - `engine` (default): [`Timer`] and everything built on it, with its reaper threads.
@@ -45,12 +94,16 @@
 //!   `metrics` facade's recorder.
 //! - `tracing`: a callback's panic, caught by its reaper, is logged as an error event with
 //!   its message.
+//! - `hyper`: `HyperTimer`, hyper 1.x's `rt::Timer` on the engine (header-read and
+//!   keep-alive timeouts on shardwheel).
+//! - `stream`: `futures_core::Stream` for [`delay_queue::DelayQueue`] and [`Interval`].
 //!
 //! The modules, each in its own file: `wheel` (levels, buckets, the bucket heap), `slab`
 //! (entries and generations), `handle` (keys), `timer` (the engine's API), `scheduler`,
 //! `shard` (a shard and its reaper), `slots` (the shared slab of timer slots), `inbox`,
-//! `wakeup` (the park handshake), `sleep`, `periodic`, `purgatory`, `stats`, `observe`
-//! (metrics and tracing), `error`.
+//! `wakeup` (the park handshake), `sleep`, `timeout`, `global` (the process-wide timer
+//! and a future's handle to its engine), `interval`, `delay_queue`, `hyper_timer`,
+//! `periodic`, `purgatory`, `stats`, `observe` (metrics and tracing), `error`.
 
 /// Items of the engine, built with the `engine` feature (the way tokio's `cfg_rt!` gates
 /// its runtime).
@@ -73,8 +126,11 @@ cfg_engine! {
     mod bound;
     mod callback;
     mod clock;
+    pub mod delay_queue;
     mod due;
+    mod global;
     mod inbox;
+    mod interval;
     mod observe;
     mod periodic;
     pub mod purgatory;
@@ -85,9 +141,13 @@ cfg_engine! {
     mod stage;
     mod stats;
     mod sync;
+    mod timeout;
     mod timer;
     mod wakeup;
 }
+// `hyper` implies `engine`.
+#[cfg(feature = "hyper")]
+mod hyper_timer;
 
 /// The engine's internals, for the loom models in `loom-tests/` only: built under
 /// `--cfg loom` and never part of the API.
@@ -109,12 +169,17 @@ cfg_engine! {
         AdvanceError, BuildError, PeriodicError, ScheduleError, SleepError, StaleHandle,
         TimeoutError,
     };
+    pub use global::{sleep, sleep_until, timeout, timeout_at};
     pub use handle::TimerHandle;
+    pub use interval::{Interval, MissedTickBehavior};
     pub use periodic::{Period, Periodic};
-    pub use sleep::{Sleep, Timeout};
+    pub use sleep::Sleep;
+    pub use timeout::Timeout;
     pub use stats::{Counts, Stats};
     pub use timer::{Builder, Timer};
 }
+#[cfg(feature = "hyper")]
+pub use hyper_timer::HyperTimer;
 
 /// The README's example, compiled and run as a doc test.
 #[doc = include_str!("../README.md")]

@@ -183,6 +183,17 @@ impl Periodic {
     /// Stops the series: true if it was active, and then the closure will not start again
     /// (a run already under way finishes). False if it had already stopped. O(1): the
     /// pending run's timer is cancelled at once.
+    ///
+    /// ```
+    /// use shardwheel::Period;
+    /// use std::time::Duration;
+    ///
+    /// let timer = shardwheel::Timer::builder().shards(1).manual().build().unwrap();
+    /// let poll = timer.schedule_periodic(Duration::from_secs(1), Period::FixedRate(Duration::from_secs(1)), || {}).unwrap();
+    /// assert!(poll.cancel());
+    /// assert!(!poll.cancel()); // already stopped
+    /// assert_eq!(timer.pending(), 0);
+    /// ```
     pub fn cancel(&self) -> bool {
         let before = std::mem::replace(&mut *self.0.state(), State::Cancelled);
         match before {
@@ -199,11 +210,33 @@ impl Periodic {
 
     /// Whether the series will run again: it has not been cancelled, its timer has not
     /// shut down, and no reschedule found the timer full (`max_pending`).
+    ///
+    /// ```
+    /// use shardwheel::Period;
+    /// use std::time::Duration;
+    ///
+    /// let timer = shardwheel::Timer::builder().shards(1).manual().build().unwrap();
+    /// let flush = timer.schedule_periodic(Duration::ZERO, Period::FixedDelay(Duration::from_secs(5)), || {}).unwrap();
+    /// assert!(flush.is_active());
+    /// drop(timer.shutdown());
+    /// assert!(!flush.is_active());
+    /// ```
     pub fn is_active(&self) -> bool {
         matches!(*self.0.state(), State::Scheduled(_))
     }
 
     /// How many times the closure has run (or started and panicked).
+    ///
+    /// ```
+    /// use shardwheel::Period;
+    /// use std::time::Duration;
+    ///
+    /// let timer = shardwheel::Timer::builder().shards(1).manual().build().unwrap();
+    /// let tick = timer.schedule_periodic(Duration::from_secs(1), Period::FixedRate(Duration::from_secs(1)), || {}).unwrap();
+    /// timer.advance(Duration::from_secs(1)).unwrap();
+    /// timer.advance(Duration::from_secs(1)).unwrap();
+    /// assert_eq!(tick.runs(), 2);
+    /// ```
     pub fn runs(&self) -> u64 {
         self.0.runs.load(Ordering::Relaxed)
     }

@@ -14,7 +14,7 @@
 //! pending (KAFKA-19763: completed operations kept alive by watchers ran a broker out of
 //! memory).
 
-use crate::error::{BuildError, ScheduleError};
+use crate::error::{AdvanceError, BuildError, ScheduleError};
 use crate::handle::TimerHandle;
 use crate::timer::{Builder, Timer};
 use std::collections::HashMap;
@@ -303,6 +303,37 @@ impl<K: Hash + Eq + Send + Sync + 'static, O: DelayedOperation> Purgatory<K, O> 
     /// thread that made the last one: an event's, or a reaper for an expiry).
     pub fn purge(&self) {
         self.watchers.purge();
+    }
+
+    /// Moves the time of a purgatory built on a [manual](Builder::manual) timer forward by
+    /// `by`, and expires, on the calling thread, the operations that makes due (see
+    /// [`Timer::advance`]): a test drives expiry without waiting.
+    ///
+    /// # Errors
+    ///
+    /// As [`Timer::advance`]: [`AdvanceError::NotManual`] for a purgatory with reaper
+    /// threads.
+    ///
+    /// ```
+    /// use shardwheel::purgatory::{DelayedOperation, Purgatory};
+    /// use std::time::Duration;
+    ///
+    /// struct Fetch;
+    /// impl DelayedOperation for Fetch {
+    ///     fn delay(&self) -> Duration { Duration::from_millis(500) }
+    ///     fn try_complete(&self) -> bool { false }
+    ///     fn on_complete(&self) {}
+    /// }
+    ///
+    /// let purgatory = Purgatory::new(shardwheel::Timer::builder().shards(1).manual()).unwrap();
+    /// purgatory.try_complete_else_watch(Fetch, ["topic-0"]).unwrap();
+    /// purgatory.advance(Duration::from_millis(499)).unwrap();
+    /// assert_eq!(purgatory.delayed(), 1);
+    /// purgatory.advance(Duration::from_millis(1)).unwrap();
+    /// assert_eq!(purgatory.delayed(), 0); // expired
+    /// ```
+    pub fn advance(&self, by: Duration) -> Result<(), AdvanceError> {
+        self.timer.advance(by)
     }
 
     /// Operations waiting: neither completed nor expired.

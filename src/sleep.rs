@@ -1,10 +1,18 @@
-//! Futures on the engine, for any executor: [`Timer::sleep`], [`Timer::sleep_until`] and
-//! [`Timer::timeout`].
+//! Futures on the engine, for any executor: [`Timer::sleep`] and [`Timer::sleep_until`]
+//! here, [`Timer::timeout`] in `timeout`.
 //!
-//! A sleep schedules its timer at its first poll, not when it is made, and a timeout reads
-//! the clock only then: a `timeout` whose future is ready at once costs no timer and no
-//! clock read at all (pingora-timeout's lesson: most timeouts never need one). A deadline
-//! already passed when the sleep is made needs no timer either. The timer's callback owns one end of a `Shared`:
+//! A sleep owns a handle to its engine (one pointer and a reference count; none on the
+//! process-wide timer, see `global`), so it is `'static`: it can live in a connection's
+//! struct, a `tokio::spawn`ed task, or a `Pin<Box<dyn Future>>`.
+//!
+//! When the deadline is fixed, the one rule: a *delay* (`sleep`, `timeout`) counts from the
+//! future's first poll, as a Rust future does nothing until polled; an *instant*
+//! (`sleep_until`, `timeout_at`, `reset`) is the deadline as given. A sleep schedules its
+//! timer at its first poll, not when it is made, so a `timeout` whose future is ready at
+//! once costs no timer and no clock read at all (pingora-timeout's lesson: most timeouts
+//! never need one); nor does a deadline found passed at the first poll.
+//!
+//! The timer's callback owns one end of a `Shared`:
 //! a state byte and the waker of the task that awaits the sleep. Each poll registers its
 //! waker there (an `AtomicWaker`), so a task that moves to another waker keeps its timer.
 //! The callback marks the state and wakes; a sleep dropped before its deadline marks the
@@ -12,7 +20,8 @@
 //! and then cancels its timer in O(1).
 
 use crate::callback::Callback;
-use crate::error::{SleepError, TimeoutError};
+use crate::error::SleepError;
+use crate::global::EngineRef;
 use crate::handle::TimerHandle;
 use crate::sync::{AtomicU8, AtomicWaker, Ordering};
 use crate::timer::Timer;
@@ -127,59 +136,104 @@ struct Armed {
 /// timer could not be scheduled ([`SleepError::Full`]) or the timer shut down first
 /// ([`SleepError::Shutdown`]).
 ///
-/// Its timer is scheduled at its first poll (none if the deadline had passed when it was
-/// made); polling again, with the same waker or another, keeps that timer. Dropping the sleep cancels it in
-/// O(1). A deadline past 584 years after the timer started is clamped to that.
+/// A sleep is `'static`, `Send` and `Sync`, and `Unpin`: it holds a handle to the engine,
+/// not a borrow of the [`Timer`], and can be kept in a struct across `.await`s. Like a
+/// clone of the timer, it keeps the engine running after the timer is dropped;
+/// [`shutdown`](Timer::shutdown) ends it with [`SleepError::Shutdown`]. On
+/// [`Timer::global`] it holds no reference count, and costs less.
+///
+/// The deadline of [`Timer::sleep`]`(delay)` is `delay` after the sleep's first poll (see
+/// [`deadline`](Self::deadline)); that of [`Timer::sleep_until`] is the instant given. Its
+/// timer is scheduled at its first poll (none if the deadline has passed by then); polling
+/// again, with the same waker or another, keeps that timer. Dropping the sleep cancels it
+/// in O(1). A deadline past 584 years after the timer started is clamped to that.
+///
+/// ```
+/// use std::time::Duration;
+///
+/// struct Connection {
+///     idle: shardwheel::Sleep, // owned: no lifetime
+/// }
+///
+/// let timer = shardwheel::Timer::builder().shards(1).build().unwrap();
+/// let mut connection = Connection { idle: timer.sleep(Duration::from_millis(5)) };
+/// futures::executor::block_on(&mut connection.idle).unwrap();
+/// assert!(connection.idle.is_elapsed());
+/// ```
 #[must_use = "futures do nothing unless polled"]
-pub struct Sleep<'a> {
-    timer: &'a Timer,
-    due: Due,
+pub struct Sleep {
+    engine: EngineRef,
+    due: Deadline,
     armed: Option<Armed>,
 }
 
 /// When a sleep ends.
 #[derive(Debug, Clone, Copy)]
-enum Due {
+pub(crate) enum Deadline {
     /// At this many nanoseconds since the timer's start.
     At(u64),
-    /// This long after the first poll (a timeout's limit).
+    /// This long after the first poll.
     AfterFirstPoll(Duration),
-    /// It had passed when the sleep was made or reset.
-    Passed,
 }
 
-impl<'a> Sleep<'a> {
-    fn new(timer: &'a Timer, due: Due) -> Self {
+impl Sleep {
+    // Inline, as what it calls: a timeout whose future is ready at once costs nothing
+    // more than its construction and drop, in the caller's crate (W7 `mode=ready`).
+    #[inline]
+    pub(crate) fn new(timer: &Timer, due: Deadline) -> Self {
+        Self::with(EngineRef::of(timer), due)
+    }
+
+    #[inline(always)]
+    pub(crate) fn with(engine: EngineRef, due: Deadline) -> Self {
         Sleep {
-            timer,
+            engine,
             due,
             armed: None,
         }
     }
 
-    /// `Due` for a deadline, by a reading of the clock.
-    fn due_at(timer: &Timer, deadline: u64) -> Due {
-        if deadline <= timer.scheduler().now() {
-            Due::Passed
-        } else {
-            Due::At(deadline)
+    /// The deadline: `None` for a [`Timer::sleep`] not yet polled (its delay counts from
+    /// its first poll), the instant otherwise, by the timer's clock (see [`Timer::now`]).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// let timer = shardwheel::Timer::builder().shards(1).manual().build().unwrap();
+    /// let at = timer.now() + Duration::from_secs(3);
+    /// assert_eq!(timer.sleep_until(at).deadline(), Some(at));
+    /// assert_eq!(timer.sleep(Duration::from_secs(3)).deadline(), None);
+    /// ```
+    pub fn deadline(&self) -> Option<Instant> {
+        match self.due {
+            Deadline::At(deadline) => Some(self.engine.scheduler().clock().instant_of(deadline)),
+            Deadline::AfterFirstPoll(_) => None,
         }
     }
 
     /// Moves the deadline to `deadline`, whether or not the sleep has completed: it
     /// completes again once the new deadline passes. A pending timer is moved in place
     /// (O(1), same timer); one that has fired is replaced at the next poll.
-    pub fn reset(&mut self, deadline: Instant) {
-        self.due = Self::due_at(self.timer, self.timer.scheduler().deadline_at(deadline));
-        if let (Some(armed), Due::At(deadline)) = (&self.armed, self.due) {
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// let timer = shardwheel::Timer::builder().shards(1).build().unwrap();
+    /// let mut idle = timer.sleep(Duration::from_secs(60));
+    /// idle.reset(timer.now() + Duration::from_millis(5)); // sooner
+    /// futures::executor::block_on(idle).unwrap();
+    /// ```
+    pub fn reset(&mut self, deadline: impl Into<Instant>) {
+        let scheduler = self.engine.scheduler();
+        let deadline = scheduler.deadline_at(deadline.into());
+        self.due = Deadline::At(deadline);
+        if let Some(armed) = &self.armed {
             // A timer that has not fired yet moves; a reset that finds it fired (or firing)
-            // fails, and the next poll schedules a new one.
-            if armed.shared.is_waiting()
-                && self
-                    .timer
-                    .scheduler()
-                    .reset_due(armed.handle, deadline)
-                    .is_ok()
+            // fails, and the next poll schedules a new one. A deadline already passed
+            // needs no timer: the next poll finds it passed.
+            if deadline > scheduler.now()
+                && armed.shared.is_waiting()
+                && scheduler.reset_due(armed.handle, deadline).is_ok()
             {
                 return;
             }
@@ -188,31 +242,45 @@ impl<'a> Sleep<'a> {
     }
 
     /// Whether the deadline has passed and the sleep's timer fired (or was not needed).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// let timer = shardwheel::Timer::builder().shards(1).manual().build().unwrap();
+    /// let sleep = timer.sleep_until(timer.now() + Duration::from_secs(1));
+    /// assert!(!sleep.is_elapsed());
+    /// timer.advance(Duration::from_secs(1)).unwrap();
+    /// assert!(sleep.is_elapsed());
+    /// ```
     pub fn is_elapsed(&self) -> bool {
         match &self.armed {
             Some(armed) => armed.shared.state.load(Ordering::Relaxed) == FIRED,
             None => match self.due {
-                Due::At(deadline) => deadline <= self.timer.scheduler().now(),
-                Due::AfterFirstPoll(_) => false,
-                Due::Passed => true,
+                Deadline::At(deadline) => deadline <= self.engine.scheduler().now(),
+                Deadline::AfterFirstPoll(delay) => delay.is_zero(),
             },
         }
     }
 
     /// Lets go of the timer: wakes nobody any more, and cancels it if it is pending.
+    #[inline]
     fn disarm(&mut self) {
         if let Some(armed) = self.armed.take() {
-            let waker = armed.shared.abandon();
-            self.timer.scheduler().cancel(armed.handle);
-            // The waker is dropped here, where its task runs, rather than by the reaper
-            // with the cancelled callback: the task's reference count stays in this core's
-            // cache.
-            drop(waker);
+            self.let_go(armed);
         }
+    }
+
+    #[inline(never)]
+    fn let_go(&self, armed: Armed) {
+        let waker = armed.shared.abandon();
+        self.engine.scheduler().cancel(armed.handle);
+        // The waker is dropped here, where its task runs, rather than by the reaper with
+        // the cancelled callback: the task's reference count stays in this core's cache.
+        drop(waker);
     }
 }
 
-impl Future for Sleep<'_> {
+impl Future for Sleep {
     type Output = Result<(), SleepError>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
@@ -220,29 +288,24 @@ impl Future for Sleep<'_> {
         if let Some(armed) = &this.armed {
             return armed.shared.poll(cx);
         }
-        // A deadline that passes between the making and this poll is not looked for: its
-        // timer fires at the reaper's next pass.
+        let scheduler = this.engine.scheduler();
         let deadline = match this.due {
-            Due::At(deadline) => deadline,
-            Due::AfterFirstPoll(delay) if !delay.is_zero() => {
-                let deadline = this.timer.scheduler().deadline_after(delay);
-                this.due = Due::At(deadline);
+            Deadline::AfterFirstPoll(delay) => {
+                let deadline = scheduler.deadline_after(delay);
+                this.due = Deadline::At(deadline);
+                if delay.is_zero() {
+                    return Poll::Ready(Ok(()));
+                }
                 deadline
             }
-            Due::AfterFirstPoll(_) | Due::Passed => {
-                this.due = Due::Passed;
-                return Poll::Ready(Ok(()));
-            }
+            Deadline::At(deadline) if deadline <= scheduler.now() => return Poll::Ready(Ok(())),
+            Deadline::At(deadline) => deadline,
         };
         let shared = Arc::new(Shared::default());
         // Before the timer exists, so that its fire finds the waker.
         shared.waker.register(cx.waker());
         let alarm = Alarm(Arc::clone(&shared));
-        match this
-            .timer
-            .scheduler()
-            .insert_due(deadline, Callback::wake(alarm))
-        {
+        match scheduler.insert_due(deadline, Callback::wake(alarm)) {
             Ok(handle) => {
                 this.armed = Some(Armed { handle, shared });
                 Poll::Pending
@@ -256,13 +319,17 @@ impl Future for Sleep<'_> {
     }
 }
 
-impl Drop for Sleep<'_> {
+impl Drop for Sleep {
+    // Inline, with every field emptied here, so that the drop of a sleep that never armed
+    // (a ready timeout) is two compares in the caller (W7 `mode=ready`).
+    #[inline]
     fn drop(&mut self) {
         self.disarm();
+        self.engine.release();
     }
 }
 
-impl std::fmt::Debug for Sleep<'_> {
+impl std::fmt::Debug for Sleep {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Sleep")
             .field("due", &self.due)
@@ -271,48 +338,10 @@ impl std::fmt::Debug for Sleep<'_> {
     }
 }
 
-pin_project_lite::pin_project! {
-    /// A future that runs `F` until a deadline; from [`Timer::timeout`]. It outputs `F`'s
-    /// output if `F` finishes first, or [`TimeoutError::Elapsed`] once the deadline has
-    /// passed. `F` is polled first: if it is ready at its first poll, no timer is ever
-    /// scheduled. Dropping the timeout drops `F` and cancels the timer in O(1).
-    #[must_use = "futures do nothing unless polled"]
-    #[derive(Debug)]
-    pub struct Timeout<'a, F> {
-        #[pin]
-        future: F,
-        sleep: Sleep<'a>,
-    }
-}
-
-impl<F> Timeout<'_, F> {
-    /// The wrapped future, unfinished.
-    pub fn into_inner(self) -> F {
-        self.future
-    }
-}
-
-impl<F: Future> Future for Timeout<'_, F> {
-    type Output = Result<F::Output, TimeoutError>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = self.project();
-        if let Poll::Ready(output) = this.future.poll(cx) {
-            return Poll::Ready(Ok(output));
-        }
-        match Pin::new(this.sleep).poll(cx) {
-            Poll::Ready(Ok(())) => Poll::Ready(Err(TimeoutError::Elapsed)),
-            Poll::Ready(Err(error)) => Poll::Ready(Err(TimeoutError::Sleep(error))),
-            Poll::Pending => Poll::Pending,
-        }
-    }
-}
-
 /// Futures: these work on any executor (tokio, smol, `futures::executor::block_on`), as the
-/// timer's reapers wake the tasks. Share the timer between tasks by reference or in an
-/// `Arc`.
+/// timer's reapers wake the tasks. Each holds its own handle to the engine (`'static`).
 impl Timer {
-    /// A future that completes `delay` from now (see [`Sleep`]).
+    /// A future that completes `delay` after its first poll (see [`Sleep`]).
     ///
     /// ```
     /// use std::time::{Duration, Instant};
@@ -322,40 +351,23 @@ impl Timer {
     /// futures::executor::block_on(timer.sleep(Duration::from_millis(20))).unwrap();
     /// assert!(start.elapsed() >= Duration::from_millis(20));
     /// ```
-    pub fn sleep(&self, delay: Duration) -> Sleep<'_> {
-        if delay.is_zero() {
-            return Sleep::new(self, Due::Passed);
-        }
-        Sleep::new(self, Due::At(self.scheduler().deadline_after(delay)))
+    pub fn sleep(&self, delay: Duration) -> Sleep {
+        Sleep::new(self, Deadline::AfterFirstPoll(delay))
     }
 
-    /// A future that completes at `deadline` (at its first poll if that has passed).
-    pub fn sleep_until(&self, deadline: Instant) -> Sleep<'_> {
-        Sleep::new(
-            self,
-            Sleep::due_at(self, self.scheduler().deadline_at(deadline)),
-        )
-    }
-
-    /// Runs `future` for at most `delay` from its first poll (see [`Timeout`]).
+    /// A future that completes at `deadline`, by this timer's clock ([`Timer::now`]); at
+    /// its first poll if that has passed.
     ///
     /// ```
-    /// use shardwheel::TimeoutError;
-    /// use std::future::pending;
     /// use std::time::Duration;
     ///
     /// let timer = shardwheel::Timer::builder().shards(1).build().unwrap();
-    /// futures::executor::block_on(async {
-    ///     let quick = timer.timeout(Duration::from_secs(5), async { 7 });
-    ///     assert_eq!(quick.await, Ok(7)); // ready at once: no timer was scheduled
-    ///     let stuck = timer.timeout(Duration::from_millis(10), pending::<()>());
-    ///     assert_eq!(stuck.await, Err(TimeoutError::Elapsed));
-    /// });
+    /// let deadline = timer.now() + Duration::from_millis(10);
+    /// futures::executor::block_on(timer.sleep_until(deadline)).unwrap();
+    /// assert!(timer.now() >= deadline);
     /// ```
-    pub fn timeout<F: Future>(&self, delay: Duration, future: F) -> Timeout<'_, F> {
-        Timeout {
-            future,
-            sleep: Sleep::new(self, Due::AfterFirstPoll(delay)),
-        }
+    pub fn sleep_until(&self, deadline: impl Into<Instant>) -> Sleep {
+        let deadline = self.scheduler().deadline_at(deadline.into());
+        Sleep::new(self, Deadline::At(deadline))
     }
 }

@@ -259,3 +259,29 @@ fn an_event_between_the_first_check_and_the_watching_is_not_missed() {
     assert_eq!(completions.load(Ordering::SeqCst), 1);
     assert_eq!(purgatory.delayed(), 0, "its timer is cancelled");
 }
+
+// A manual timer drives expiry: with real time passing (100 ms) and none advanced,
+// nothing expires; each operation expires when the advanced time reaches its delay.
+#[test]
+fn a_purgatory_runs_on_a_manual_timer() {
+    let ledger = Ledger::new(2);
+    let purgatory: Purgatory<u32, Op> =
+        Purgatory::new(Timer::builder().shards(1).manual()).unwrap();
+    for (id, delay) in [(0, 30), (1, 60)] {
+        let op = Op {
+            id,
+            delay: Duration::from_millis(delay),
+            ledger: Arc::clone(&ledger),
+        };
+        assert!(!purgatory.try_complete_else_watch(op, [7]).unwrap());
+    }
+    thread::sleep(Duration::from_millis(100));
+    purgatory.advance(Duration::from_millis(29)).unwrap();
+    assert_eq!(Ledger::count(&ledger.expirations), 0);
+    purgatory.advance(Duration::from_millis(1)).unwrap();
+    assert_eq!(ledger.expirations[0].load(Ordering::SeqCst), 1);
+    assert_eq!(purgatory.delayed(), 1);
+    purgatory.advance(Duration::from_millis(30)).unwrap();
+    assert_eq!(Ledger::count(&ledger.expirations), 2);
+    assert_eq!(purgatory.delayed(), 0);
+}

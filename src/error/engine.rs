@@ -33,6 +33,21 @@ impl<T> ScheduleError<T> {
             ScheduleError::Full(payload) | ScheduleError::Shutdown(payload) => payload,
         }
     }
+
+    /// The same error with the payload `f` makes of it.
+    ///
+    /// ```
+    /// use shardwheel::ScheduleError;
+    ///
+    /// let refused: ScheduleError<u32> = ScheduleError::Full(7);
+    /// assert!(matches!(refused.map(|id| id * 2), ScheduleError::Full(14)));
+    /// ```
+    pub fn map<U>(self, f: impl FnOnce(T) -> U) -> ScheduleError<U> {
+        match self {
+            ScheduleError::Full(payload) => ScheduleError::Full(f(payload)),
+            ScheduleError::Shutdown(payload) => ScheduleError::Shutdown(f(payload)),
+        }
+    }
 }
 
 impl<T> fmt::Debug for ScheduleError<T> {

@@ -1,7 +1,7 @@
 //! `Builder`: a timer's configuration, checked, and the start of its shards and reapers.
 //! Also what makes a timer's handles its own: an id never given twice.
 
-use super::{Driver, Manual, Timer};
+use super::{Driver, Engine, Manual, Timer};
 use crate::bound::Bound;
 use crate::callback::Callback;
 use crate::clock::Clock;
@@ -59,6 +59,12 @@ impl Default for Builder {
 impl Builder {
     /// Number of shards, each with its own reaper thread: 1 to 65,536. Default: the
     /// available cores.
+    ///
+    /// ```
+    /// let timer = shardwheel::Timer::builder().shards(2).build().unwrap();
+    /// assert_eq!(timer.shards(), 2);
+    /// assert!(shardwheel::Timer::builder().shards(0).build().is_err());
+    /// ```
     pub fn shards(mut self, shards: usize) -> Self {
         self.shards = shards;
         self
@@ -70,6 +76,19 @@ impl Builder {
     /// deadline, at most one tick late. Never early, either way; plus the time the reaper
     /// takes to wake. A finer tick means more cascades and wake-ups, not costlier
     /// operations. Default: 1 ms.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// // Coarse timeouts: a 10 ms wheel, fired at tick starts.
+    /// let timer = shardwheel::Timer::builder()
+    ///     .shards(1)
+    ///     .tick(Duration::from_millis(10))
+    ///     .exact_deadlines(false)
+    ///     .build()
+    ///     .unwrap();
+    /// # drop(timer);
+    /// ```
     pub fn tick(mut self, tick: Duration) -> Self {
         self.tick = tick;
         self
@@ -77,6 +96,11 @@ impl Builder {
 
     /// Pin reaper `i` to core `i` (modulo the cores) where the system allows it; where it
     /// does not, the threads run unpinned. Default: true.
+    ///
+    /// ```
+    /// let timer = shardwheel::Timer::builder().shards(1).pin_threads(false).build().unwrap();
+    /// # drop(timer);
+    /// ```
     pub fn pin_threads(mut self, pin: bool) -> Self {
         self.pin_threads = pin;
         self
@@ -87,6 +111,16 @@ impl Builder {
     /// bound costs one counter that every shard shares (a cache line its producers and
     /// reapers all write); without one there is none. Default: unbounded (each shard can
     /// index 2^31 timers).
+    ///
+    /// ```
+    /// use shardwheel::ScheduleError;
+    /// use std::time::Duration;
+    ///
+    /// let timer = shardwheel::Timer::builder().shards(1).manual().max_pending(1).build().unwrap();
+    /// timer.schedule(Duration::from_secs(1), || {}).unwrap();
+    /// let refused = timer.schedule(Duration::from_secs(1), || {});
+    /// assert!(matches!(refused, Err(ScheduleError::Full(_))));
+    /// ```
     pub fn max_pending(mut self, max_pending: usize) -> Self {
         self.max_pending = max_pending;
         self
@@ -95,6 +129,11 @@ impl Builder {
     /// Record each fired timer's lateness in [`Timer::stats`]' histogram: a clock read
     /// and an uncontended lock per fired timer, on the reaper. The counts are kept either
     /// way. Default: true.
+    ///
+    /// ```
+    /// let timer = shardwheel::Timer::builder().shards(1).record_lateness(false).build().unwrap();
+    /// # drop(timer);
+    /// ```
     pub fn record_lateness(mut self, record: bool) -> Self {
         self.record_lateness = record;
         self
@@ -104,6 +143,11 @@ impl Builder {
     /// tick at or after it (false). Exact deadlines cost a reaper wake-up per distinct
     /// deadline in place of one per tick, and a small heap of the timers due within the
     /// current tick; timers cancelled before then cost nothing more. Default: true.
+    ///
+    /// ```
+    /// let timer = shardwheel::Timer::builder().shards(1).exact_deadlines(false).build().unwrap();
+    /// # drop(timer);
+    /// ```
     pub fn exact_deadlines(mut self, exact: bool) -> Self {
         self.exact_deadlines = exact;
         self
@@ -113,6 +157,17 @@ impl Builder {
     /// timers fire within microseconds of it rather than when the OS wakes the thread
     /// (tens of microseconds, more on a busy machine). It keeps a core busy while a
     /// deadline is near: for latency-critical timers only. Default: zero (no spin).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// let timer = shardwheel::Timer::builder()
+    ///     .shards(1)
+    ///     .spin_before_deadline(Duration::from_micros(50))
+    ///     .build()
+    ///     .unwrap();
+    /// # drop(timer);
+    /// ```
     pub fn spin_before_deadline(mut self, spin: Duration) -> Self {
         self.spin = spin;
         self
@@ -153,6 +208,13 @@ impl Builder {
     ///
     /// [`BuildError`] if the shard count is zero or above 65,536, the tick is zero, or a
     /// thread cannot be started.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// let timer = shardwheel::Timer::builder().shards(1).build().unwrap();
+    /// timer.schedule(Duration::from_millis(1), || println!("fired")).unwrap();
+    /// ```
     pub fn build(self) -> Result<Timer, BuildError> {
         self.build_with(Callback::run)
     }
@@ -218,10 +280,10 @@ impl Builder {
                 handler: Box::new(handler),
             };
             let elapsed = Arc::new(AtomicU64::new(0));
-            return Ok(Timer {
-                scheduler: Scheduler::new(id, shards, clock, Some(elapsed)),
-                driver: Driver::Manual(Mutex::new(Some(manual))),
-            });
+            return Ok(Engine::start(
+                Scheduler::new(id, shards, clock, Some(elapsed)),
+                Driver::Manual(Mutex::new(Some(manual))),
+            ));
         }
         let cores = if self.pin_threads {
             core_affinity::get_core_ids().unwrap_or_default()
@@ -256,10 +318,10 @@ impl Builder {
                 }
             }
         }
-        let timer = Timer {
-            scheduler: Scheduler::new(id, shards, clock, None),
-            driver: Driver::Reapers(Mutex::new(reapers)),
-        };
+        let timer = Engine::start(
+            Scheduler::new(id, shards, clock, None),
+            Driver::Reapers(Mutex::new(reapers)),
+        );
         match failure {
             // Dropping `timer` stops and joins the reapers already started.
             Some(error) => Err(BuildError::Thread(error)),

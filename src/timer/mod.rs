@@ -21,7 +21,7 @@ use crate::shard::Shard;
 use crate::stats::Stats;
 use std::cell::Cell;
 use std::sync::atomic::Ordering;
-use std::sync::{Mutex, TryLockError};
+use std::sync::{Arc, Mutex, TryLockError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -139,12 +139,60 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// one compare-and-swap on the slot's state word. See the `shard`, `inbox` and `slots`
 /// module docs.
 pub struct Timer<T: Send + 'static = Callback> {
+    /// The engine's own, cloned here so that a schedule or cancel follows one pointer.
+    scheduler: Scheduler<T>,
+    engine: Arc<Engine<T>>,
+}
+
+/// What every clone of a timer shares: its shards and who drives them. The last clone's
+/// drop (or the last sleep's, which hold one too) shuts the engine down.
+pub(crate) struct Engine<T: Send + 'static> {
     scheduler: Scheduler<T>,
     driver: Driver<T>,
 }
 
+impl<T: Send + 'static> Engine<T> {
+    fn start(scheduler: Scheduler<T>, driver: Driver<T>) -> Timer<T> {
+        Timer {
+            scheduler: scheduler.clone(),
+            engine: Arc::new(Engine { scheduler, driver }),
+        }
+    }
+
+    pub(crate) fn scheduler(&self) -> &Scheduler<T> {
+        &self.scheduler
+    }
+}
+
+/// A clone is another handle to the same engine (two reference counts, no thread): its
+/// timers, reapers and statistics are the ones every clone sees. Share one timer over a
+/// process by cloning it into each service, connection and task.
+///
+/// ```
+/// use std::time::Duration;
+///
+/// let timer = shardwheel::Timer::builder().shards(1).manual().build().unwrap();
+/// let clone = timer.clone();
+/// let handle = clone.schedule(Duration::from_secs(1), || {}).unwrap();
+/// assert_eq!(timer.pending(), 1);
+/// assert!(timer.cancel(handle));
+/// ```
+impl<T: Send + 'static> Clone for Timer<T> {
+    fn clone(&self) -> Self {
+        Timer {
+            scheduler: self.scheduler.clone(),
+            engine: Arc::clone(&self.engine),
+        }
+    }
+}
+
 impl Timer {
     /// A [`Builder`] with the defaults: a shard per core, 1 ms tick, pinned threads.
+    ///
+    /// ```
+    /// let timer = shardwheel::Timer::builder().shards(1).build().unwrap();
+    /// assert_eq!(timer.shards(), 1);
+    /// ```
     pub fn builder() -> Builder {
         Builder::default()
     }
@@ -158,6 +206,16 @@ impl Timer {
     ///
     /// [`ScheduleError::Full`] beyond `max_pending`, [`ScheduleError::Shutdown`] after
     /// shutdown; both hand the callback back.
+    ///
+    /// ```
+    /// use std::sync::mpsc;
+    /// use std::time::Duration;
+    ///
+    /// let timer = shardwheel::Timer::builder().shards(1).build().unwrap();
+    /// let (done, fired) = mpsc::channel();
+    /// timer.schedule(Duration::from_millis(1), move || done.send(()).unwrap()).unwrap();
+    /// fired.recv().unwrap();
+    /// ```
     pub fn schedule(
         &self,
         delay: Duration,
@@ -171,6 +229,20 @@ impl Timer {
     /// # Errors
     ///
     /// As [`schedule`](Self::schedule).
+    ///
+    /// ```
+    /// use std::sync::atomic::{AtomicBool, Ordering};
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    ///
+    /// let timer = shardwheel::Timer::builder().shards(1).manual().build().unwrap();
+    /// let fired = Arc::new(AtomicBool::new(false));
+    /// let flag = Arc::clone(&fired);
+    /// let at = timer.now() + Duration::from_secs(2);
+    /// timer.schedule_at(at, move || flag.store(true, Ordering::Relaxed)).unwrap();
+    /// timer.advance(Duration::from_secs(2)).unwrap();
+    /// assert!(fired.load(Ordering::Relaxed));
+    /// ```
     pub fn schedule_at(
         &self,
         instant: Instant,
@@ -189,6 +261,15 @@ impl<T: Send + 'static> Timer<T> {
     ///
     /// [`ScheduleError::Full`] beyond `max_pending`, [`ScheduleError::Shutdown`] after
     /// shutdown; both hand the payload back.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// let builder = shardwheel::Timer::builder().shards(1).manual();
+    /// let timer = builder.build_with(|id: u64| println!("{id} expired")).unwrap();
+    /// timer.insert(Duration::from_secs(30), 7).unwrap();
+    /// assert_eq!(timer.pending(), 1);
+    /// ```
     pub fn insert(&self, delay: Duration, payload: T) -> Result<TimerHandle, ScheduleError<T>> {
         self.scheduler
             .insert_due(self.scheduler.deadline_after(delay), payload)
@@ -199,6 +280,16 @@ impl<T: Send + 'static> Timer<T> {
     /// # Errors
     ///
     /// As [`insert`](Self::insert).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// let builder = shardwheel::Timer::builder().shards(1).manual();
+    /// let timer = builder.build_with(|_: &str| {}).unwrap();
+    /// timer.insert_at(timer.now() + Duration::from_secs(1), "session 9").unwrap();
+    /// timer.advance(Duration::from_secs(1)).unwrap();
+    /// assert_eq!(timer.pending(), 0); // fired
+    /// ```
     pub fn insert_at(&self, instant: Instant, payload: T) -> Result<TimerHandle, ScheduleError<T>> {
         self.scheduler
             .insert_due(self.scheduler.deadline_at(instant), payload)
@@ -207,6 +298,11 @@ impl<T: Send + 'static> Timer<T> {
     /// What schedules, cancels and resets this timer's timers.
     pub(crate) fn scheduler(&self) -> &Scheduler<T> {
         &self.scheduler
+    }
+
+    /// What every clone shares, for a future to keep (a pointer: a future stays small).
+    pub(crate) fn engine(&self) -> &Arc<Engine<T>> {
+        &self.engine
     }
 
     /// Cancels a timer: true if it was pending and now will never run; false if it already
@@ -220,6 +316,16 @@ impl<T: Send + 'static> Timer<T> {
     /// which frees the slot on its next pass; except during a shutdown: a cancel that comes
     /// after the reaper stopped taking cancels drops the payload itself, on the calling
     /// thread, before it returns.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// let timer = shardwheel::Timer::builder().shards(1).manual().build().unwrap();
+    /// let handle = timer.schedule(Duration::from_secs(1), || unreachable!()).unwrap();
+    /// assert!(timer.cancel(handle));
+    /// assert!(!timer.cancel(handle)); // already cancelled
+    /// timer.advance(Duration::from_secs(1)).unwrap();
+    /// ```
     pub fn cancel(&self, handle: TimerHandle) -> bool {
         self.scheduler.cancel(handle)
     }
@@ -235,6 +341,17 @@ impl<T: Send + 'static> Timer<T> {
     ///
     /// [`StaleHandle`] if the timer already ran or is running, was cancelled, or the handle
     /// is not this timer's; nothing changes then.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// let timer = shardwheel::Timer::builder().shards(1).manual().build().unwrap();
+    /// let idle = timer.schedule(Duration::from_secs(30), || {}).unwrap();
+    /// timer.advance(Duration::from_secs(20)).unwrap();
+    /// timer.reset(idle, Duration::from_secs(30)).unwrap(); // a message: 30 s again
+    /// timer.advance(Duration::from_secs(20)).unwrap();
+    /// assert_eq!(timer.pending(), 1); // not at the old deadline
+    /// ```
     pub fn reset(&self, handle: TimerHandle, delay: Duration) -> Result<(), StaleHandle> {
         self.scheduler
             .reset_due(handle, self.scheduler.deadline_after(delay))
@@ -245,18 +362,45 @@ impl<T: Send + 'static> Timer<T> {
     /// # Errors
     ///
     /// As [`reset`](Self::reset).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// let timer = shardwheel::Timer::builder().shards(1).manual().build().unwrap();
+    /// let retry = timer.schedule(Duration::from_secs(5), || {}).unwrap();
+    /// timer.reset_at(retry, timer.now() + Duration::from_secs(1)).unwrap();
+    /// timer.advance(Duration::from_secs(1)).unwrap();
+    /// assert_eq!(timer.pending(), 0);
+    /// ```
     pub fn reset_at(&self, handle: TimerHandle, instant: Instant) -> Result<(), StaleHandle> {
         self.scheduler
             .reset_due(handle, self.scheduler.deadline_at(instant))
     }
 
     /// Timers scheduled and not yet fired or cancelled.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// let timer = shardwheel::Timer::builder().shards(1).manual().build().unwrap();
+    /// timer.schedule(Duration::from_secs(1), || {}).unwrap();
+    /// assert_eq!(timer.pending(), 1);
+    /// ```
     pub fn pending(&self) -> usize {
         self.scheduler.shards().iter().map(Shard::pending).sum()
     }
 
     /// Callbacks (or handler calls, or payload drops) that panicked; each was caught and
     /// its shard went on.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// let timer = shardwheel::Timer::builder().shards(1).manual().build().unwrap();
+    /// timer.schedule(Duration::ZERO, || panic!("a bug in a callback")).unwrap();
+    /// timer.advance(Duration::ZERO).unwrap();
+    /// assert_eq!(timer.panicked(), 1);
+    /// ```
     pub fn panicked(&self) -> u64 {
         self.scheduler.shards().iter().map(Shard::panicked).sum()
     }
@@ -264,6 +408,15 @@ impl<T: Send + 'static> Timer<T> {
     /// A snapshot of the counts and the lateness histogram, merged over the shards (see
     /// [`Stats`]). Takes each shard's statistics lock briefly; reapers record into it
     /// without contention otherwise.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// let timer = shardwheel::Timer::builder().shards(1).manual().build().unwrap();
+    /// timer.schedule(Duration::from_millis(1), || {}).unwrap();
+    /// timer.advance(Duration::from_millis(1)).unwrap();
+    /// assert_eq!(timer.stats().fired, 1);
+    /// ```
     pub fn stats(&self) -> Stats {
         let mut stats = Stats::new();
         for shard in self.scheduler.shards().iter() {
@@ -272,7 +425,33 @@ impl<T: Send + 'static> Timer<T> {
         stats
     }
 
+    /// Now, by this timer's clock: the real time, or on a [manual](Builder::manual) timer
+    /// the time [`advance`](Self::advance) has moved it to (the build's instant plus what
+    /// was advanced, whatever real time passed). Every `Instant` given to the timer
+    /// ([`schedule_at`](Timer::schedule_at), [`insert_at`](Self::insert_at),
+    /// [`reset_at`](Self::reset_at), [`sleep_until`](Timer::sleep_until)) is read against
+    /// this clock: on a manual timer, build deadlines from `now()`, not `Instant::now()`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// let timer = shardwheel::Timer::builder().shards(1).manual().build().unwrap();
+    /// let start = timer.now();
+    /// std::thread::sleep(Duration::from_millis(2)); // real time: not this timer's
+    /// assert_eq!(timer.now(), start);
+    /// timer.advance(Duration::from_secs(5)).unwrap();
+    /// assert_eq!(timer.now(), start + Duration::from_secs(5));
+    /// ```
+    pub fn now(&self) -> Instant {
+        self.scheduler.clock().instant_of(self.scheduler.now())
+    }
+
     /// The number of shards (and reaper threads).
+    ///
+    /// ```
+    /// let timer = shardwheel::Timer::builder().shards(3).manual().build().unwrap();
+    /// assert_eq!(timer.shards(), 3);
+    /// ```
     pub fn shards(&self) -> usize {
         self.scheduler.shards().len()
     }
@@ -288,9 +467,20 @@ impl<T: Send + 'static> Timer<T> {
     /// [`AdvanceError::NotManual`] for a timer with reaper threads;
     /// [`AdvanceError::Busy`] if another `advance` runs meanwhile (a callback calling it,
     /// or another thread).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// let timer = shardwheel::Timer::builder().shards(1).manual().build().unwrap();
+    /// timer.schedule(Duration::from_secs(60), || {}).unwrap();
+    /// timer.advance(Duration::from_secs(60)).unwrap();
+    /// assert_eq!(timer.pending(), 0);
+    /// let threaded = shardwheel::Timer::builder().shards(1).build().unwrap();
+    /// assert!(threaded.advance(Duration::from_secs(1)).is_err()); // not manual
+    /// ```
     pub fn advance(&self, by: Duration) -> Result<(), AdvanceError> {
         let (Driver::Manual(state_lock), Some(elapsed_nanos)) =
-            (&self.driver, self.scheduler.manual_elapsed())
+            (&self.engine.driver, self.scheduler.manual_elapsed())
         else {
             return Err(AdvanceError::NotManual);
         };
@@ -340,7 +530,8 @@ impl<T: Send + 'static> Timer<T> {
 
     /// Stops every reaper and returns the payloads (callbacks) of the timers that had not
     /// fired, unrun. Scheduling afterwards fails with [`ScheduleError::Shutdown`]. Calling
-    /// it again returns nothing more. Dropping the timer shuts it down and drops them.
+    /// it again returns nothing more. It shuts down the engine every clone of this timer
+    /// shares; dropping the last clone shuts it down too, and drops them.
     ///
     /// Called on one of the timer's own reapers (a callback that shuts the timer down, or
     /// drops the last `Arc` of a service that owns it), it joins the other reapers but not
@@ -369,6 +560,13 @@ impl<T: Send + 'static> Timer<T> {
     /// finished.recv().unwrap();
     /// ```
     pub fn shutdown(&self) -> Vec<T> {
+        self.engine.shutdown()
+    }
+}
+
+impl<T: Send + 'static> Engine<T> {
+    /// See [`Timer::shutdown`].
+    fn shutdown(&self) -> Vec<T> {
         for shard in self.scheduler.shards().iter() {
             shard.stop();
         }
@@ -386,12 +584,12 @@ impl<T: Send + 'static> Timer<T> {
             }
             // `advance` holds the lock and winds up after its passes.
             Driver::Manual(state) if Advancing::is(state) => Vec::new(),
-            Driver::Manual(state) => Self::wind_up(&self.scheduler, lock(state).take()),
+            Driver::Manual(state) => Timer::wind_up(&self.scheduler, lock(state).take()),
         }
     }
 }
 
-impl<T: Send + 'static> Drop for Timer<T> {
+impl<T: Send + 'static> Drop for Engine<T> {
     fn drop(&mut self) {
         drop(self.shutdown());
     }

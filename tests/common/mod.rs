@@ -22,3 +22,20 @@ pub fn wait_for(limit: Duration, done: impl Fn() -> bool) -> bool {
     }
     true
 }
+
+/// Runs the task `task` makes of a timer twice on one 2-shard timer: spawned on a tokio
+/// multi-thread runtime, then on `futures::executor`. Returns the timer.
+pub fn on_tokio_and_futures_executor<F>(task: impl Fn(Timer) -> F) -> Timer
+where
+    F: std::future::Future<Output = ()> + Send + 'static,
+{
+    let timer = timer(2);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .build()
+        .unwrap();
+    let spawned = runtime.spawn(task(timer.clone()));
+    runtime.block_on(spawned).unwrap();
+    futures::executor::block_on(task(timer.clone()));
+    timer
+}
