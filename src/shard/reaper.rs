@@ -124,7 +124,7 @@ impl<T> Shard<T> {
         let changed = self.apply_changes(due, changes, &mut freed, &mut catch_up);
         // The stages last: a change may have asked for them all. Those holding a timer
         // already due come in now; the reaper wakes for the others (see `stage`).
-        let arrived = arrived + self.collect_stages(due, &mut freed, elapsed());
+        let arrived = arrived + self.collect_stages(due, &mut freed, elapsed(), &mut catch_up);
         catch_up(due, &mut freed);
         self.slots.recycle(&mut freed);
         // Both, every pass: `|` rather than `||`.

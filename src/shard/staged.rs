@@ -240,7 +240,13 @@ impl<T> Shard<T> {
     /// those that hold a timer due at or before `by` (nanoseconds since the start; all of
     /// them if a change asked for it), or whose owner let go. Returns how many timers it
     /// took in.
-    pub(super) fn collect_stages(&self, due: &mut Due, freed: &mut Freed, by: u64) -> u64 {
+    pub(super) fn collect_stages(
+        &self,
+        due: &mut Due,
+        freed: &mut Freed,
+        by: u64,
+        between: &mut dyn FnMut(&mut Due, &mut Freed),
+    ) -> u64 {
         // Relaxed: see `register_stage`.
         let mut arrived = 0;
         // Relaxed: see `announce`.
@@ -250,7 +256,7 @@ impl<T> Shard<T> {
                 due.stages.append(&mut registry.new);
                 std::mem::take(&mut registry.handed)
             };
-            arrived += self.take_batches(due, freed, handed);
+            arrived += self.take_batches(due, freed, handed, between);
         }
         let all = std::mem::take(&mut due.collect_all);
         let shrinking = freed.is_shrinking();
@@ -277,8 +283,16 @@ impl<T> Shard<T> {
         arrived
     }
 
-    /// Takes in batches of staged timers their owners handed over; returns how many.
-    fn take_batches(&self, due: &mut Due, freed: &mut Freed, handed: Vec<Vec<u32>>) -> u64 {
+    /// Takes in batches of staged timers their owners handed over, with `between` after
+    /// each (what is due fires between batches, not after a backlog of them); returns how
+    /// many.
+    fn take_batches(
+        &self,
+        due: &mut Due,
+        freed: &mut Freed,
+        handed: Vec<Vec<u32>>,
+        between: &mut dyn FnMut(&mut Due, &mut Freed),
+    ) -> u64 {
         let mut arrived = 0;
         for batch in handed {
             arrived += batch.len() as u64;
@@ -287,6 +301,7 @@ impl<T> Shard<T> {
             for index in batch.into_iter().rev() {
                 self.arrive_slot(due, index, self.slot(index), freed);
             }
+            between(due, freed);
         }
         arrived
     }
@@ -362,7 +377,7 @@ impl<T> Shard<T> {
         }
         // What owners handed over, before the stages closed or while they waited.
         let handed = std::mem::take(&mut self.registry().handed);
-        arrived + self.take_batches(due, freed, handed)
+        arrived + self.take_batches(due, freed, handed, &mut |_, _| {})
     }
 
     /// The earliest deadline staged in any stage, as last recorded (nanoseconds since the
