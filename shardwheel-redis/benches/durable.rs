@@ -261,6 +261,27 @@ async fn start_workers(server: &support::Server, name: &str, tally: &Arc<Tally>)
     workers
 }
 
+/// Waits (at most `patience`) for all `n` jobs of a run, stops its consumers, and prints
+/// its RESULT line: the workload's own figures (`figures`, taken once the jobs are in),
+/// then the deliveries'.
+async fn finish(
+    workload: &str,
+    name: &str,
+    tally: &Tally,
+    n: usize,
+    patience: Duration,
+    consumers: Consumers,
+    figures: impl FnOnce(&Tally) -> String,
+) {
+    wait_delivered(tally, n as u64, patience).await;
+    consumers.stop(workload).await;
+    println!(
+        "RESULT {workload} {name} {} {}",
+        figures(tally),
+        deliveries(tally)
+    );
+}
+
 async fn wait_delivered(tally: &Tally, n: u64, patience: Duration) {
     let start = Instant::now();
     while tally.distinct.load(Ordering::Relaxed) < n && start.elapsed() < patience {
@@ -457,13 +478,11 @@ async fn d1(scale: f64) {
         tally
             .quiet_from
             .store(unix_us(SystemTime::now()), Ordering::Relaxed);
-        wait_delivered(&tally, n as u64, Duration::from_millis(span + 60_000)).await;
-        consumers.stop("D1").await;
-        println!(
-            "RESULT D1 {name} schedule_per_s={:.0} {}",
-            n as f64 / schedule_s,
-            deliveries(&tally)
-        );
+        let patience = Duration::from_millis(span + 60_000);
+        finish("D1", name, &tally, n, patience, consumers, |_| {
+            format!("schedule_per_s={:.0}", n as f64 / schedule_s)
+        })
+        .await;
         let quiet = tally.late_quiet.lock().unwrap().clone();
         println!(
             "note D1 {name}: the {} jobs due after scheduling ended: {}",
@@ -492,14 +511,13 @@ async fn d2(scale: f64) {
             let claimed: u64 = workers.iter().map(|w| w.stats().claimed).sum();
             println!("note D2 {name}: {claimed} of {n} jobs claimed when the burst second began");
         }
-        wait_delivered(&tally, n as u64, Duration::from_secs(20 + 120)).await;
-        consumers.stop("D2").await;
-        let last = tally.last.load(Ordering::Relaxed);
-        println!(
-            "RESULT D2 {name} burst_all_delivered_s={:.3} {}",
-            last.saturating_sub(second * 1000) as f64 / 1e6,
-            deliveries(&tally)
-        );
+        let patience = Duration::from_secs(20 + 120);
+        finish("D2", name, &tally, n, patience, consumers, |tally| {
+            let last = tally.last.load(Ordering::Relaxed);
+            let all_delivered_s = last.saturating_sub(second * 1000) as f64 / 1e6;
+            format!("burst_all_delivered_s={all_delivered_s:.3}")
+        })
+        .await;
         server_note(&server.url(), &format!("D2 {name}")).await;
     }
 }
