@@ -12,7 +12,7 @@
 
 use crate::slots::Freed;
 use crate::stage::Stage;
-use crate::wheel::Wheel;
+use crate::wheel::Hierarchy;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::sync::Arc;
@@ -20,7 +20,8 @@ use std::sync::Arc;
 /// A shard's timers as its reaper keeps them (see the module doc).
 #[derive(Debug, Default)]
 pub struct Due {
-    pub(crate) wheel: Wheel<u32>,
+    /// The wheel, its entries the shard's slots (see `shard::filing`).
+    pub(crate) wheel: Hierarchy,
     near: BinaryHeap<Reverse<Near>>,
     /// The reaper's side of the shard's slots: those it freed this pass, and a shrink
     /// under way (see `slots`).

@@ -3,9 +3,10 @@
 //! Producers take a slot, write the payload and deadline, mark it `PENDING` and push it on
 //! the inbox; cancellers and resetters change the slot's state word (see `slots`) and push
 //! it on the list of changes. The reaper is the only thread that touches the shard's
-//! `Wheel`: each pass it takes the changes, then the inbox, links the new timers into the
-//! wheel, moves the reset ones, unlinks and frees the cancelled ones, fires what is due,
-//! and parks until the wheel's next deadline.
+//! wheel, whose entries are the slots themselves (`filing`): each pass it takes the
+//! changes, then the inbox, links the new timers into the wheel, moves the reset ones,
+//! unlinks and frees the cancelled ones, fires what is due, and parks until the wheel's
+//! next deadline.
 //!
 //! Taking the changes *before* the inbox is what lets a pass trust that every changed slot
 //! it sees has already arrived: a handle only exists once its slot was pushed on the inbox,
@@ -17,9 +18,10 @@
 //! (`wakeup` has the handshake and why no wake-up is lost). While the reaper works,
 //! producers make no system call at all.
 //!
-//! The reaper's passes (`reaper`) and the shutdown's wind-up (`wind_up`) have modules of
-//! their own.
+//! The reaper's passes (`reaper`), its wheel over the slots (`filing`), the stages' side
+//! (`staged`) and the shutdown's wind-up (`wind_up`) have modules of their own.
 
+mod filing;
 mod reaper;
 mod staged;
 #[cfg(test)]

@@ -128,7 +128,7 @@ impl<T> Shard<T> {
         catch_up(due, &mut freed);
         self.slots.recycle(&mut freed);
         // Both, every pass: `|` rather than `||`.
-        due.shrinking = self.slots.shrink(&mut freed, self.pending()) | due.wheel.shrink();
+        due.shrinking = self.slots.shrink(&mut freed, self.pending());
         due.freed = freed;
         let mut stats = self.reaper_stats();
         stats.pass(arrived, changed);
@@ -149,10 +149,8 @@ impl<T> Shard<T> {
         // With exact deadlines, the time is read once something comes due, not per call:
         // passes that find nothing due read no clock.
         let mut time = None;
-        while let Some(expired) = due.wheel.poll_expired(now) {
-            let index = expired.value;
+        while let Some(index) = self.poll_wheel(due, now) {
             let slot = self.slot(index);
-            slot.set_wheel_key(None);
             // Relaxed: only the reaper changes the generation, so this read is its own;
             // the deadline is that of the last arrival or change the reaper took in, and
             // it is current if the claim succeeds (a reset in between makes it fail).
@@ -180,7 +178,7 @@ impl<T> Shard<T> {
                 // or reset (back in the wheel, or held again under its new deadline).
                 // Relaxed: the reaper's own bookkeeping, or a deadline a reset is writing,
                 // which the claim then refuses.
-                if slot.wheel_key().is_none()
+                if slot.wheel_prev() == NIL
                     && slot.deadline.load(Ordering::Relaxed) == near.deadline
                 {
                     self.fire(due, near, now, elapsed, handler, freed);
@@ -280,28 +278,6 @@ impl<T> Shard<T> {
         }
     }
 
-    /// Links slot `index` into the wheel at `deadline`, or moves it there if it is in.
-    pub(super) fn place(&self, due: &mut Due, index: u32, slot: &Slot<T>, deadline: u64) {
-        let moved = slot
-            .wheel_key()
-            .is_some_and(|key| due.wheel.reset(key, deadline).is_ok());
-        if !moved {
-            slot.set_wheel_key(Some(due.wheel.insert(deadline, index)));
-        }
-    }
-
-    /// Links slot `index` into the wheel, or moves it there, under its deadline's tick.
-    pub(super) fn place_at_deadline(&self, due: &mut Due, index: u32, slot: &Slot<T>) {
-        // Relaxed: published by the inbox push or the change that brought the slot here.
-        let deadline = slot.deadline.load(Ordering::Relaxed);
-        let tick = if self.exact {
-            deadline / self.tick_nanos // the tick it falls in; see `due`
-        } else {
-            clock::tick_of(deadline, self.tick_nanos)
-        };
-        self.place(due, index, slot, tick);
-    }
-
     /// Applies the cancels and resets on the changes list, with `between` after every
     /// `BATCH` of them; returns how many changes it took.
     pub(super) fn apply_changes(
@@ -354,9 +330,7 @@ impl<T> Shard<T> {
         generation: u32,
         freed: &mut Freed,
     ) {
-        if let Some(key) = slot.take_wheel_key() {
-            due.wheel.cancel(key);
-        }
+        self.unfile(due, index, slot);
         // SAFETY: the slot was published and then cancelled, and no reset holds it, so its
         // payload is initialised and only this reaper takes it, once, before freeing it.
         let payload = unsafe { slot.take_payload() };

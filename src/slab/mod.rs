@@ -27,7 +27,7 @@ pub(crate) const NIL: u32 = u32::MAX;
 const RETIRED: u32 = u32::MAX - 1;
 
 /// Largest number of slots a slab can hold. Index bit 31 is left free so that the wheel can
-/// tag a bucket number in a `prev` link (see `wheel::bucket_link`).
+/// tag a bucket number in a `prev` link (see `wheel::hierarchy::BUCKET_TAG`).
 pub(crate) const MAX_SLOTS: u32 = 1 << 31;
 
 /// log2 of the first chunk's length.

@@ -51,7 +51,6 @@ mod shrink;
 #[cfg(test)]
 mod tests;
 
-use crate::handle::Key;
 use crate::slab::NIL;
 use crate::sync::epoch::{self, Guard};
 use crate::sync::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering, UnsafeCell};
@@ -99,14 +98,16 @@ pub(crate) struct Slot<T> {
     /// The tick it is due at; written by the producer before it publishes the slot, and
     /// after that only by a `reset` holding the `RESETTING` flag.
     pub(crate) deadline: AtomicU64,
-    /// Next slot in the free stack or in the shard's inbox (a slot is never in both).
+    /// Next slot in the free stack, in the shard's inbox, or in the reaper's wheel bucket
+    /// (a slot is in one at most); a staged slot's place in its stage.
     pub(crate) link: AtomicU32,
     /// Next slot in the shard's list of changes (cancels and resets).
     pub(crate) change_link: AtomicU32,
-    /// The slot's key in the reaper's wheel plus one, 0 when it is not in the wheel (so an
-    /// all-zero slot is a valid fresh one). Only the reaper touches it; an atomic rather
-    /// than a cell because it costs nothing and needs no `unsafe`.
-    wheel_key: AtomicU64,
+    /// The previous link in the reaper's wheel bucket (see `wheel::hierarchy`) plus one, 0
+    /// when the slot is not in the wheel (so an all-zero slot is a valid fresh one). Only
+    /// the reaper touches it; an atomic rather than a cell because it costs nothing and
+    /// needs no `unsafe`.
+    wheel_prev: AtomicU32,
     /// Initialised from the producer's write until the reaper takes it out.
     payload: UnsafeCell<MaybeUninit<T>>,
     /// Set when the slot's chunk is freed (loom keeps the memory; see `free_chunk`).
@@ -124,7 +125,7 @@ impl<T> Slot<T> {
             deadline: AtomicU64::new(0),
             link: AtomicU32::new(0),
             change_link: AtomicU32::new(0),
-            wheel_key: AtomicU64::new(0),
+            wheel_prev: AtomicU32::new(0),
             payload: UnsafeCell::new(MaybeUninit::uninit()),
             freed: UnsafeCell::new(false),
         }
@@ -139,25 +140,18 @@ impl<T> Slot<T> {
             .with(|freed| assert!(!unsafe { *freed }, "touched a slot of a freed chunk"));
     }
 
-    /// The slot's key in the reaper's wheel, if it is in it. Reaper only.
-    pub(crate) fn wheel_key(&self) -> Option<Key> {
-        // Relaxed: the key is the reaper's own bookkeeping.
-        decode_key(self.wheel_key.load(Ordering::Relaxed))
+    /// Its previous link in the reaper's wheel, `NIL` when it is not in the wheel. Reaper
+    /// only.
+    pub(crate) fn wheel_prev(&self) -> u32 {
+        // Relaxed: the reaper's own bookkeeping. `NIL + 1` wraps to the 0 of "none".
+        self.wheel_prev.load(Ordering::Relaxed).wrapping_sub(1)
     }
 
-    /// Records the slot's key in the reaper's wheel. Reaper only.
-    pub(crate) fn set_wheel_key(&self, key: Option<Key>) {
-        // The wheel's keys never have all bits set (its slab indices stay below 2^31), so
-        // the `+ 1` cannot wrap.
-        let bits = key.map_or(0, |key| key.to_bits() + 1);
-        // Relaxed: as in `wheel_key`.
-        self.wheel_key.store(bits, Ordering::Relaxed);
-    }
-
-    /// Takes the slot's key in the reaper's wheel out, leaving none. Reaper only.
-    pub(crate) fn take_wheel_key(&self) -> Option<Key> {
-        // Relaxed: as in `wheel_key`.
-        decode_key(self.wheel_key.swap(0, Ordering::Relaxed))
+    /// Sets its previous link in the reaper's wheel (`NIL`: out of it). Reaper only.
+    pub(crate) fn set_wheel_prev(&self, prev: u32) {
+        // Relaxed: as in `wheel_prev`.
+        self.wheel_prev
+            .store(prev.wrapping_add(1), Ordering::Relaxed);
     }
 
     /// Stores the payload of a slot the caller has just taken from `Slots::take`.
@@ -184,11 +178,6 @@ impl<T> Slot<T> {
         self.payload
             .with_mut(|cell| unsafe { (*cell).assume_init_read() })
     }
-}
-
-/// A wheel key as `Slot::wheel_key` stores it: plus one, 0 for none.
-fn decode_key(bits: u64) -> Option<Key> {
-    bits.checked_sub(1).map(Key::from_bits)
 }
 
 /// What keeps a slot readable while a thread that does not own it looks it up by index:

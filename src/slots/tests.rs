@@ -332,7 +332,7 @@ fn installing_a_chunk_does_not_touch_its_slots() {
         "installing a {chunk_bytes}-byte chunk made {grown} bytes resident"
     );
     assert_eq!(split(slot.state.load(Ordering::Relaxed)), (0, FREE));
-    assert_eq!(slot.wheel_key(), None);
+    assert_eq!(slot.wheel_prev(), NIL, "a fresh slot is in no wheel");
     // The fresh slot works: the drop below must find and drop its payload.
     // SAFETY: just taken, unpublished.
     unsafe { slot.write_payload(9) };

@@ -96,10 +96,11 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 ///
 /// # Implementation
 ///
-/// Per-core shards, each a hierarchical [`Wheel`](crate::Wheel) owned by one reaper
-/// thread, fed through lock-free intrusive inboxes from a shared slab of slots; cancel is
-/// one compare-and-swap on the slot's state word. See the `shard`, `inbox` and `slots`
-/// module docs.
+/// Per-core shards, each a hierarchical timing wheel (the machinery of
+/// [`Wheel`](crate::Wheel)) owned by one reaper thread, fed through lock-free intrusive
+/// inboxes and per-thread stages from a shared slab of slots, which are also the wheel's
+/// entries: one record per timer. Cancel is one compare-and-swap on the slot's state word.
+/// See the `shard`, `stage`, `inbox` and `slots` module docs.
 pub struct Timer<T: Send + 'static = Callback> {
     /// The engine's own, cloned here so that a schedule or cancel follows one pointer.
     scheduler: Scheduler<T>,

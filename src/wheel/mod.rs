@@ -21,21 +21,14 @@
 //! Levels are made on demand: a wheel that only ever sees short timeouts has two.
 
 mod bucket_heap;
+pub(crate) mod hierarchy;
 mod level;
 
 use crate::error::{Full, StaleKey};
 use crate::handle::Key;
-use crate::slab::{NIL, Slab};
-use bucket_heap::BucketHeap;
-use level::{BLOCK, Bucket, EMPTY_LEVEL, Level, Placement, SLOTS, level_of, place};
-
-/// Timers a level-1 bucket moves down to level 0 per tick of the block before its own
-/// (see `level`): 64 ticks of it spread a bucket of 64K timers evenly.
-const SPREAD_PER_TICK: usize = 1024;
-
-/// Marks a `prev` link as "this entry heads bucket N" rather than "entry N precedes it".
-/// Slab indices stay below `slab::MAX_SLOTS = 1 << 31`, so the bit is free.
-const BUCKET_TAG: u32 = 1 << 31;
+use crate::slab::Slab;
+pub(crate) use hierarchy::Hierarchy;
+use hierarchy::Links;
 
 /// A hierarchical timing wheel of timers carrying values of type `T`, driven by the caller.
 ///
@@ -79,13 +72,8 @@ const BUCKET_TAG: u32 = 1 << 31;
 /// (36 bytes with a 16-byte payload); the buckets and the heap are a few kilobytes in all.
 pub struct Wheel<T> {
     slab: Slab<T>,
-    levels: Vec<Level>,
-    heap: BucketHeap,
-    /// The current tick: every deadline at or before it has been handed out or is in a
-    /// bucket due now.
-    now: u64,
-    /// Entries moved down a level so far.
-    cascaded: u64,
+    /// The levels, the bucket heap and the current tick, over the slab's entries.
+    hierarchy: Hierarchy,
 }
 
 /// A timer taken out of the wheel by [`Wheel::poll_expired`].
@@ -105,10 +93,7 @@ impl<T> Wheel<T> {
     pub const fn new() -> Self {
         Wheel {
             slab: Slab::new(),
-            levels: Vec::new(),
-            heap: BucketHeap::new(),
-            now: 0,
-            cascaded: 0,
+            hierarchy: Hierarchy::new(),
         }
     }
 
@@ -145,14 +130,11 @@ impl<T> Wheel<T> {
     /// [`Full`] with the value, if the wheel already holds 2^31 timers.
     #[inline]
     pub fn try_insert(&mut self, deadline: u64, value: T) -> Result<Key, Full<T>> {
-        let placement = place(self.now, deadline);
-        let bucket = bucket_for(&mut self.levels, placement);
-        let head_link = BUCKET_TAG | placement.bucket as u32;
-        let (index, generation) = self
-            .slab
-            .alloc(deadline, value, head_link, bucket.head)
-            .map_err(Full)?;
-        push_front(bucket, &mut self.slab, &mut self.heap, placement, index);
+        let (index, generation) =
+            self.hierarchy
+                .insert(&mut self.slab, deadline, |slab, prev, next| {
+                    slab.alloc(deadline, value, prev, next).map_err(Full)
+                })?;
         Ok(Key::new(index, generation))
     }
 
@@ -172,7 +154,7 @@ impl<T> Wheel<T> {
     #[inline]
     pub fn cancel(&mut self, key: Key) -> Option<T> {
         let (value, prev, next) = self.slab.take(key.index(), key.generation())?;
-        self.close_gap(prev, next);
+        self.hierarchy.close_gap(&mut self.slab, prev, next);
         Some(value)
     }
 
@@ -198,9 +180,9 @@ impl<T> Wheel<T> {
         self.slab
             .lookup(key.index(), key.generation())
             .ok_or(StaleKey)?;
-        self.unlink(key.index());
+        self.hierarchy.unlink(&mut self.slab, key.index());
         self.slab.entry_mut(key.index()).set_deadline(deadline);
-        self.link(key.index(), deadline);
+        self.hierarchy.link(&mut self.slab, key.index(), deadline);
         Ok(())
     }
 
@@ -226,51 +208,14 @@ impl<T> Wheel<T> {
     /// assert_eq!(wheel.poll_expired(100), None);
     /// ```
     pub fn poll_expired(&mut self, now: u64) -> Option<Expired<T>> {
-        let now = now.max(self.now);
-        // Entries moved down from the bucket in hand, which may be spread (below).
-        let (mut in_hand, mut moved) = (usize::MAX, 0);
-        loop {
-            let Some((due, bucket)) = self.heap.peek().filter(|&(due, _)| due <= now) else {
-                self.now = now;
-                return None;
-            };
-            // Buckets are due after the tick they were filled at, and are taken in order.
-            debug_assert!(due >= self.now);
-            self.now = due;
-            if bucket != in_hand {
-                (in_hand, moved) = (bucket, 0);
-            }
-            let index = self.bucket(bucket).head;
-            let entry = self.slab.entry(index);
-            let deadline = entry.deadline();
-            if deadline <= now {
-                let key = Key::new(index, entry.generation());
-                let (value, prev, next) = self.slab.free(index);
-                self.close_gap(prev, next);
-                return Some(Expired {
-                    key,
-                    deadline,
-                    value,
-                });
-            }
-            // A level-1 bucket is due a block before its timers: until the tick before its
-            // first, it moves down `SPREAD_PER_TICK` timers per tick that has passed since
-            // it was due, and waits for the next tick with the rest.
-            let first = deadline & !(BLOCK - 1);
-            if level_of(bucket) == 1
-                && now + 1 < first
-                && moved >= SPREAD_PER_TICK.saturating_mul((now - due + 1) as usize)
-            {
-                self.requeue(bucket, now + 1);
-                continue;
-            }
-            // Not yet due: cascade. Placed relative to `due`, it lands in a finer level in a
-            // bucket due after `due`, so this bucket stays the heap's top until emptied.
-            self.unlink(index);
-            self.link(index, deadline);
-            self.cascaded += 1;
-            moved += 1;
-        }
+        let (index, deadline) = self.hierarchy.poll(&mut self.slab, now)?;
+        let key = Key::new(index, self.slab.entry(index).generation());
+        let (value, _, _) = self.slab.free(index);
+        Some(Expired {
+            key,
+            deadline,
+            value,
+        })
     }
 
     /// An iterator that expires timers up to tick `now`: it calls
@@ -318,7 +263,7 @@ impl<T> Wheel<T> {
     /// assert_eq!(wheel.next_deadline(), Some(4_928)); // a level-1 bucket from 4_992 now
     /// ```
     pub fn next_deadline(&self) -> Option<u64> {
-        self.heap.peek().map(|(due, _)| due)
+        self.hierarchy.next_deadline()
     }
 
     /// How many times a timer has moved down a level so far, on its way to expire: the
@@ -326,12 +271,12 @@ impl<T> Wheel<T> {
     /// timer, and none for timers that are cancelled first or due within the current or the
     /// next block of 64 ticks).
     pub fn cascaded(&self) -> u64 {
-        self.cascaded
+        self.hierarchy.cascaded()
     }
 
     /// The current tick: the latest `now` the wheel was polled with.
     pub fn now(&self) -> u64 {
-        self.now
+        self.hierarchy.now()
     }
 
     /// The number of pending timers.
@@ -392,108 +337,33 @@ impl<T> Wheel<T> {
             .lookup(key.index(), key.generation())
             .map(|entry| entry.deadline())
     }
+}
 
-    fn bucket(&self, bucket: usize) -> &Bucket {
-        &self.levels[bucket / SLOTS][bucket % SLOTS]
-    }
-
-    fn bucket_mut(&mut self, bucket: usize) -> &mut Bucket {
-        &mut self.levels[bucket / SLOTS][bucket % SLOTS]
-    }
-
-    /// Pushes the existing entry `index` on the front of the bucket its deadline belongs in.
-    fn link(&mut self, index: u32, deadline: u64) {
-        let placement = place(self.now, deadline);
-        let bucket = bucket_for(&mut self.levels, placement);
-        let entry = self.slab.entry_mut(index);
-        entry.prev = BUCKET_TAG | placement.bucket as u32;
-        entry.next = bucket.head;
-        push_front(bucket, &mut self.slab, &mut self.heap, placement, index);
-    }
-
-    /// Takes entry `index` out of its bucket's list.
-    fn unlink(&mut self, index: u32) {
-        let entry = self.slab.entry(index);
-        self.close_gap(entry.prev, entry.next);
-    }
-
-    /// Joins the neighbours of an entry leaving its list, given its links.
+/// The slab's entries, as the wheel's machinery reaches them.
+impl<T> Links for Slab<T> {
     #[inline]
-    fn close_gap(&mut self, prev: u32, next: u32) {
-        if next != NIL {
-            self.slab.entry_mut(next).prev = prev;
-        }
-        if prev & BUCKET_TAG == 0 {
-            self.slab.entry_mut(prev).next = next;
-            return;
-        }
-        let bucket = (prev & !BUCKET_TAG) as usize;
-        self.bucket_mut(bucket).head = next;
-        if next == NIL {
-            self.settle_heap();
-        }
+    fn tick(&self, index: u32) -> u64 {
+        self.entry(index).deadline()
     }
 
-    /// Makes `bucket`, the heap's top, due at tick `at` instead.
-    fn requeue(&mut self, bucket: usize, at: u64) {
-        self.heap.pop();
-        self.heap.push(at, bucket);
-        self.bucket_mut(bucket).due = at;
+    #[inline]
+    fn prev(&self, index: u32) -> u32 {
+        self.entry(index).prev
     }
 
-    /// Restores "the heap's top is a non-empty bucket" after a bucket emptied.
-    #[inline(never)]
-    fn settle_heap(&mut self) {
-        while let Some((_, bucket)) = self.heap.peek() {
-            let bucket = self.bucket_mut(bucket);
-            if bucket.head != NIL {
-                return;
-            }
-            bucket.queued = false;
-            self.heap.pop();
-        }
+    #[inline]
+    fn next(&self, index: u32) -> u32 {
+        self.entry(index).next
     }
-}
 
-/// The bucket `placement` names, adding levels up to its level if they are missing.
-#[inline]
-fn bucket_for(levels: &mut Vec<Level>, placement: Placement) -> &mut Bucket {
-    let row = placement.row();
-    debug_assert!(row < level::MAX_ROWS);
-    if row >= levels.len() {
-        add_rows(levels, row);
+    #[inline]
+    fn set_prev(&mut self, index: u32, prev: u32) {
+        self.entry_mut(index).prev = prev;
     }
-    &mut levels[row][placement.bucket % SLOTS]
-}
 
-#[cold]
-fn add_rows(levels: &mut Vec<Level>, row: usize) {
-    levels.resize(row + 1, EMPTY_LEVEL);
-}
-
-/// Makes entry `index`, already linked in front of the bucket's current head, the new
-/// head, and queues the bucket on the heap if it was empty and unqueued. (A free function
-/// over the wheel's parts, so that the caller's borrow of `bucket` can stay live.)
-#[inline]
-fn push_front<T>(
-    bucket: &mut Bucket,
-    slab: &mut Slab<T>,
-    heap: &mut BucketHeap,
-    placement: Placement,
-    index: u32,
-) {
-    let old_head = std::mem::replace(&mut bucket.head, index);
-    if old_head == NIL && !bucket.queued {
-        bucket.queued = true;
-        bucket.due = placement.due;
-        heap.push(placement.due, placement.bucket);
-        return;
-    }
-    // A bucket's range, hence its due tick, is fixed from when it is filled until the
-    // wheel reaches it (see `level`).
-    debug_assert_eq!(bucket.due, placement.due);
-    if old_head != NIL {
-        slab.entry_mut(old_head).prev = index;
+    #[inline]
+    fn set_next(&mut self, index: u32, next: u32) {
+        self.entry_mut(index).next = next;
     }
 }
 
@@ -508,10 +378,10 @@ impl<T> std::fmt::Debug for Wheel<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Wheel")
             .field("len", &self.len())
-            .field("now", &self.now)
+            .field("now", &self.now())
             .field("next_deadline", &self.next_deadline())
-            .field("levels", &self.levels.len())
-            .field("queued_buckets", &self.heap.len())
+            .field("levels", &self.hierarchy.rows())
+            .field("queued_buckets", &self.hierarchy.queued())
             .finish()
     }
 }

@@ -152,7 +152,7 @@ fn cancel_gives_memory_back_at_once() {
     }
     assert!(wheel.is_empty());
     assert_eq!(wheel.next_deadline(), None);
-    assert_eq!(wheel.heap.len(), 0);
+    assert_eq!(wheel.hierarchy.queued(), 0);
     for i in 0..MANY {
         wheel.insert(7_200_000 + i, i);
     }
@@ -267,11 +267,11 @@ fn pending_values_are_dropped_with_the_wheel() {
 fn levels_are_made_on_demand() {
     let mut wheel = Wheel::new();
     wheel.insert(10, ());
-    assert_eq!(wheel.levels.len(), 1);
+    assert_eq!(wheel.hierarchy.rows(), 1);
     wheel.insert(5_000, ());
-    assert_eq!(wheel.levels.len(), 4, "level 2 is the fourth row");
+    assert_eq!(wheel.hierarchy.rows(), 4, "level 2 is the fourth row");
     wheel.insert(u64::MAX, ());
-    assert_eq!(wheel.levels.len(), level::MAX_ROWS);
+    assert_eq!(wheel.hierarchy.rows(), level::MAX_ROWS);
 }
 
 /// Timers in the busy level-1 bucket of the spreading tests: more than one tick's share.
