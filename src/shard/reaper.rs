@@ -356,9 +356,9 @@ impl<T> Shard<T> {
         &self,
         index: u32,
         slot: &Slot<T>,
-        expected: u64,
+        expected: u32,
         freed: &mut Freed,
-    ) -> Result<T, u64> {
+    ) -> Result<T, u32> {
         // Acquire on success: the payload the producer published. The race with `cancel`
         // is decided here: exactly one of the two CASes from PENDING succeeds. Acquire on
         // failure too: the caller looks at the state it returns.

@@ -10,7 +10,7 @@
 //! slot the closed inbox refused (a tagged push is safe with any number of pushers). The
 //! spare stack of a shrink (below) works the same way, popped by producers and the reaper.
 //!
-//! Each slot has one state word: generation (high 32 bits), state (low 2 bits) and three
+//! Each slot has one state word: generation (high 27 bits), state (low 2 bits) and three
 //! flags above the state, `RESETTING`, `QUEUED` and `STAGED`:
 //!
 //! ```text
@@ -62,39 +62,51 @@ use std::ptr;
 use std::sync::Arc;
 
 /// Slot states, in the low bits of the state word.
-pub(crate) const FREE: u64 = 0;
-pub(crate) const PENDING: u64 = 1;
-pub(crate) const FIRING: u64 = 2;
-pub(crate) const CANCELLED: u64 = 3;
-const STATE_MASK: u64 = 3;
+pub(crate) const FREE: u32 = 0;
+pub(crate) const PENDING: u32 = 1;
+pub(crate) const FIRING: u32 = 2;
+pub(crate) const CANCELLED: u32 = 3;
+const STATE_MASK: u32 = 3;
 /// Flag: a `reset` owns the slot's deadline field (see the module doc).
-pub(crate) const RESETTING: u64 = 4;
+pub(crate) const RESETTING: u32 = 4;
 /// Flag: the slot is on the shard's list of changes.
-pub(crate) const QUEUED: u64 = 8;
+pub(crate) const QUEUED: u32 = 8;
 /// Flag: the timer is staged (see `stage`): it has not reached the reaper yet, so a cancel
 /// pushes no change, and whoever hands it over frees it if it was cancelled.
-pub(crate) const STAGED: u64 = 16;
+pub(crate) const STAGED: u32 = 16;
 /// The flags.
-pub(crate) const FLAGS: u64 = RESETTING | QUEUED | STAGED;
+pub(crate) const FLAGS: u32 = RESETTING | QUEUED | STAGED;
+/// Bits of the state word below the generation: the state's two and the three flags.
+const GENERATION_SHIFT: u32 = 5;
+/// Generations a slot goes through before it is retired (see `next_generation`).
+pub(crate) const GENERATIONS: u32 = 1 << (32 - GENERATION_SHIFT);
 
 /// Set in `Slots::claimed` while the reaper gives the top chunk back.
 const CLOSED: u64 = 1 << 32;
 /// Slots a shard can hold; handles keep slot numbers in 31 bits.
 pub(crate) const MAX_SLOTS: u32 = 1 << 31;
 
-/// The state word of generation `generation` in state `state`.
-pub(crate) const fn word(generation: u32, state: u64) -> u64 {
-    ((generation as u64) << 32) | state
+/// The state word of generation `generation` (below `GENERATIONS`) in state `state`.
+pub(crate) const fn word(generation: u32, state: u32) -> u32 {
+    (generation << GENERATION_SHIFT) | state
 }
 
 /// The generation and state of a state word (its flags left out).
-pub(crate) const fn split(word: u64) -> (u32, u64) {
-    ((word >> 32) as u32, word & STATE_MASK)
+pub(crate) const fn split(word: u32) -> (u32, u32) {
+    (word >> GENERATION_SHIFT, word & STATE_MASK)
+}
+
+/// The generation after `generation`: 0 after the last one, when the slot is retired
+/// rather than reused, so that no handle ever names a later timer.
+pub(crate) const fn next_generation(generation: u32) -> u32 {
+    (generation + 1) % GENERATIONS
 }
 
 /// One timer slot, shared between the producers, cancellers and the reaper.
 pub(crate) struct Slot<T> {
-    pub(crate) state: AtomicU64,
+    /// Generation and state (see `word`): 32 bits, so that with the 8-byte deadline, three
+    /// links and a 16-byte payload a slot is 40 bytes.
+    pub(crate) state: AtomicU32,
     /// The tick it is due at; written by the producer before it publishes the slot, and
     /// after that only by a `reset` holding the `RESETTING` flag.
     pub(crate) deadline: AtomicU64,
@@ -121,7 +133,7 @@ impl<T> Slot<T> {
     #[cfg(loom)]
     fn new() -> Self {
         Slot {
-            state: AtomicU64::new(word(0, FREE)),
+            state: AtomicU32::new(word(0, FREE)),
             deadline: AtomicU64::new(0),
             link: AtomicU32::new(0),
             change_link: AtomicU32::new(0),
@@ -426,7 +438,7 @@ impl<T> Slots<T> {
     /// producer whose push was refused. The slot is free from here on (no handle reaches
     /// its payload), and reusable once `freed` is recycled.
     pub(crate) fn release(&self, index: u32, slot: &Slot<T>, generation: u32, freed: &mut Freed) {
-        let next_generation = generation.wrapping_add(1);
+        let next_generation = next_generation(generation);
         // Release: a producer that later sees the slot FREE (through the free stack's
         // Acquire) also sees everything the reaper did with the payload.
         slot.state
@@ -449,7 +461,7 @@ impl<T> Slots<T> {
     /// stage's free slots): bumps its generation; false if that would wrap (the slot is
     /// retired).
     pub(crate) fn renew(slot: &Slot<T>, generation: u32) -> bool {
-        let next_generation = generation.wrapping_add(1);
+        let next_generation = next_generation(generation);
         // Relaxed: the owner keeps the slot; whoever takes it from the owner later does so
         // through the stage's Acquire and Release.
         slot.state

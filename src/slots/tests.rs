@@ -7,9 +7,12 @@ use std::sync::Arc;
 
 #[test]
 fn state_words_round_trip() {
-    for generation in [0, 1, u32::MAX] {
+    for generation in [0, 1, GENERATIONS - 1] {
         for state in [FREE, PENDING, FIRING, CANCELLED] {
             assert_eq!(split(word(generation, state)), (generation, state));
+            for flag in [RESETTING, QUEUED, STAGED] {
+                assert_eq!(split(word(generation, state) | flag), (generation, state));
+            }
         }
     }
 }
@@ -280,7 +283,7 @@ fn lookups_race_with_chunks_given_back() {
             let (slots, stop) = (Arc::clone(&slots), Arc::clone(&stop));
             std::thread::spawn(move || {
                 let mut index = seed;
-                let mut seen = 0u64;
+                let mut seen = 0u32;
                 while !stop.load(Ordering::Relaxed) {
                     index = (index * 7 + 13) % (count as u32 * 2);
                     let pin = Pin::for_slot(index);
@@ -344,7 +347,12 @@ fn a_slot_at_the_last_generation_is_retired() {
     let slots: Slots<()> = Slots::new();
     let (a, slot) = slots.take().unwrap();
     let mut freed = Freed::new();
-    slots.release(a, slot, u32::MAX, &mut freed);
+    slots.release(a, slot, GENERATIONS - 2, &mut freed);
+    slots.recycle(&mut freed);
+    let (again, slot) = slots.take().unwrap();
+    assert_eq!(again, a, "the last generation is still used");
+    assert_eq!(split(slot.state.load(Ordering::Relaxed)), (GENERATIONS - 1, FREE));
+    slots.release(a, slot, GENERATIONS - 1, &mut freed);
     slots.recycle(&mut freed);
     let (b, _) = slots.take().unwrap();
     assert_ne!(a, b);
@@ -371,4 +379,11 @@ fn concurrent_takers_get_distinct_slots() {
     all.sort_unstable();
     all.dedup();
     assert_eq!(all.len(), 4 * PER_THREAD);
+}
+
+#[test]
+fn a_slot_with_a_16_byte_payload_is_40_bytes() {
+    // State word, deadline, three links and the payload: W4's memory per pending timer.
+    assert_eq!(std::mem::size_of::<Slot<[u8; 16]>>(), 40);
+    assert_eq!(std::mem::size_of::<Slot<crate::Callback>>(), 40);
 }
