@@ -123,6 +123,7 @@ mod slab;
 mod wheel;
 
 cfg_engine! {
+    mod barrier;
     mod bound;
     mod callback;
     mod clock;

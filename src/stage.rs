@@ -9,18 +9,26 @@
 //! no shared cache line is written, and the reaper never hears of it. Those that stay are
 //! handed over as one batch when the stage fills (`STAGE_LEN`).
 //!
-//! Who may touch the stage's contents is settled by one state word:
+//! Who may touch the stage's contents is settled by two words, each written by one side
+//! only: the owner's says whether it is inside (and which of the reaper's requests it has
+//! answered), the reaper's whether it holds the stage, whether the stage is closed, and
+//! how many times it asked the owner for its timers.
 //!
 //! ```text
-//!   IDLE --owner--> OWNER --owner--> IDLE
-//!                     \--reaper--> OWNER|COLLECT --owner: hands the stage over--> IDLE
-//!   IDLE --reaper--> REAPER --reaper--> IDLE, or CLOSED for good (shutdown)
+//!   owner enters:  owner = INSIDE; light fence; reaper holds it? -> owner = out, go direct
+//!   reaper takes:  reaper = HOLD;  heavy fence; owner inside?    -> reaper = ASK (+1)
+//!   owner leaves:  asked? hand over; owner = out; light fence; asked since? enter again
 //! ```
 //!
-//! The owner (the one thread that stages here) takes the stage from `IDLE` and gives it
-//! back; the reaper takes it from `IDLE` too, and finding the owner inside asks it, with
-//! `COLLECT`, to hand what it staged over on its way out. Neither ever waits for
-//! the other, except the shutdown's last collection, which waits for the owner to leave.
+//! Each pair is Dekker's handshake (each side stores its word, fences, loads the other's),
+//! so the owner and the reaper never both find the other out: one of them backs off. The
+//! owner's side is on every schedule and cancel and the reaper's a few times a second, so
+//! the fences are asymmetric (`barrier`): the owner's costs the compiler's ordering, the
+//! reaper's a `membarrier` call; and neither side writes a line with a locked
+//! instruction. The reaper that finds the owner inside asks it, by counting one more
+//! request, to hand what it staged over as it leaves, and the owner, answering, records
+//! the count it answered. Neither side ever waits for the other, except the shutdown's
+//! last collection, which waits for the owner to leave.
 //!
 //! No staged timer is late for being staged: the owner stages a timer only if it is due no
 //! earlier than the reaper's planned wake-up, and hands it over at once otherwise; the
@@ -31,6 +39,7 @@
 //! A thread that exits leaves its stage to the reaper, which collects it and forgets it
 //! (`let_go`): the plan already covers its timers.
 
+use crate::barrier;
 use crate::sync::{AtomicBool, AtomicU32, AtomicU64, Ordering, UnsafeCell};
 
 /// Timers a stage holds before its owner hands them over (2 under loom, so that a model
@@ -39,13 +48,24 @@ pub(crate) const STAGE_LEN: usize = if cfg!(loom) { 2 } else { 4096 };
 /// Free slots a stage keeps for its owner to reuse.
 pub(crate) const FREE_LEN: usize = STAGE_LEN;
 
-const IDLE: u32 = 0;
-const OWNER: u32 = 1;
-/// With `OWNER`: the reaper asks the owner to hand its timers over as it leaves.
-const COLLECT: u32 = 2;
-const REAPER: u32 = 4;
-/// Shut down: nobody stages here again.
-const CLOSED: u32 = 8;
+/// In the owner's word: the owner is inside. The rest of the word is the count of the
+/// reaper's requests it answered, shifted by one.
+const INSIDE: u32 = 1;
+/// In the reaper's word: the reaper holds the stage.
+const HOLD: u32 = 1;
+/// In the reaper's word: shut down, nobody stages here again.
+const CLOSED: u32 = 2;
+/// In the reaper's word: one request for the owner's timers, counted above the two flags.
+const ASK: u32 = 4;
+
+/// The count of requests in a word of the reaper's (`ASK`s) or of the owner's (answered).
+fn asks(reaper: u32) -> u32 {
+    reaper / ASK
+}
+
+fn answered(owner: u32) -> u32 {
+    owner >> 1
+}
 
 /// What the reaper found when it came to collect a stage.
 #[derive(Debug, PartialEq, Eq)]
@@ -61,7 +81,10 @@ pub(crate) enum Take {
 /// One producer thread's stage on one shard (see the module doc).
 #[derive(Debug)]
 pub struct Stage {
-    state: AtomicU32,
+    /// The owner's word: `INSIDE`, and the requests answered (see the module doc).
+    owner: AtomicU32,
+    /// The reaper's word: `HOLD`, `CLOSED`, and the requests made.
+    reaper: AtomicU32,
     /// Timers staged: a hint, written by whoever holds the stage, for the reaper's look
     /// before it parks.
     len: AtomicU32,
@@ -79,7 +102,8 @@ pub struct Stage {
 
 /// A stage's contents, touched only by whoever holds the stage.
 // SAFETY: the contents in the cell are touched only by the stage's holder, one thread at a
-// time under the state word's Acquire and Release (see `with`); the rest is atomic.
+// time under the two words' handshake and their Acquire and Release (see `with`); the rest
+// is atomic.
 unsafe impl Sync for Stage {}
 
 #[derive(Debug, Default)]
@@ -99,7 +123,8 @@ impl Default for Stage {
 impl Stage {
     pub(crate) fn new() -> Self {
         Stage {
-            state: AtomicU32::new(IDLE),
+            owner: AtomicU32::new(0),
+            reaper: AtomicU32::new(0),
             len: AtomicU32::new(0),
             min: AtomicU64::new(u64::MAX),
             gone: AtomicBool::new(false),
@@ -112,69 +137,108 @@ impl Stage {
 
     /// The owner takes the stage; false if the reaper holds it or it is closed (the owner
     /// then hands its timer over directly).
+    #[inline]
     pub(crate) fn try_own(&self) -> bool {
-        // Acquire: sees what the last holder did with the contents (its Release below).
-        self.state
-            .compare_exchange(IDLE, OWNER, Ordering::Acquire, Ordering::Relaxed)
-            .is_ok()
+        // Relaxed: the owner's own word.
+        let out = self.owner.load(Ordering::Relaxed);
+        debug_assert_eq!(out & INSIDE, 0, "the owner is not inside twice");
+        self.owner.store(out | INSIDE, Ordering::Relaxed);
+        // Dekker's handshake with `try_take` (see the module doc).
+        barrier::light();
+        // Acquire: sees what the reaper did with the contents before it let go (its
+        // Release in `release`).
+        if self.reaper.load(Ordering::Acquire) & (HOLD | CLOSED) != 0 {
+            // Relaxed: the owner touched nothing.
+            self.owner.store(out, Ordering::Relaxed);
+            return false;
+        }
+        true
     }
 
-    /// The owner gives the stage back; false if the reaper asked for its timers meanwhile:
-    /// the owner then hands them over and calls `release`.
+    /// The owner, inside, answered the reaper's requests so far (it handed its timers over).
+    pub(crate) fn answer(&self) {
+        // Relaxed: as in `is_asked`.
+        let asked = asks(self.reaper.load(Ordering::Relaxed));
+        let inside = self.owner.load(Ordering::Relaxed) & INSIDE;
+        self.owner.store(asked << 1 | inside, Ordering::Relaxed);
+    }
+
+    /// The owner gives the stage back; true if the reaper asked for its timers since the
+    /// owner last looked (`is_asked`), and the owner must enter again to hand them over.
+    #[inline]
     pub(crate) fn leave(&self) -> bool {
-        // Release: publishes the contents to the next holder's Acquire.
-        self.state
-            .compare_exchange(OWNER, IDLE, Ordering::Release, Ordering::Relaxed)
-            .is_ok()
+        // Relaxed: the owner's own word.
+        let inside = self.owner.load(Ordering::Relaxed);
+        // Release: publishes the contents to the reaper's Acquire in `try_take`.
+        self.owner.store(inside & !INSIDE, Ordering::Release);
+        // Dekker's handshake with a request (see the module doc).
+        barrier::light();
+        // Relaxed: as in `is_asked`.
+        asks(self.reaper.load(Ordering::Relaxed)) != answered(inside)
     }
 
-    /// The holder (an owner asked to collect, or the reaper) gives the stage back.
+    /// The reaper gives the stage back.
     pub(crate) fn release(&self) {
-        // Release: as in `leave`.
-        self.state.store(IDLE, Ordering::Release);
+        // Relaxed: the reaper's own word. Release: publishes the contents to the owner's
+        // Acquire in `try_own`.
+        let held = self.reaper.load(Ordering::Relaxed);
+        debug_assert_ne!(held & HOLD, 0);
+        self.reaper.store(held & !HOLD, Ordering::Release);
     }
 
-    /// The reaper comes to collect: takes the stage, or asks its owner to hand it over.
+    /// The reaper comes to collect: takes the stage, or asks its owner, inside, to hand it
+    /// over. Two `membarrier` calls at most, three when the owner leaves meanwhile.
     pub(crate) fn try_take(&self) -> Take {
-        // Relaxed: a first guess, which the CASes check.
-        let mut state = self.state.load(Ordering::Relaxed);
+        // Relaxed: the reaper's own word.
+        let mut word = self.reaper.load(Ordering::Relaxed);
+        if word & CLOSED != 0 {
+            return Take::Closed;
+        }
         loop {
-            let (from, to, outcome) = match state {
-                IDLE => (IDLE, REAPER, Take::Taken),
-                OWNER => (OWNER, OWNER | COLLECT, Take::Asked),
-                CLOSED => return Take::Closed,
-                _ => return Take::Asked, // already asked
-            };
-            // Acquire (to take it): sees what the owner did inside, as in `try_own`. The
-            // request needs no ordering: the owner's hand-over is ordered by the registry.
-            match self
-                .state
-                .compare_exchange(from, to, Ordering::Acquire, Ordering::Relaxed)
-            {
-                Ok(_) => return outcome,
-                Err(seen) => state = seen,
+            self.reaper.store(word | HOLD, Ordering::Relaxed);
+            // Dekker's handshake with `try_own` (see the module doc).
+            barrier::heavy();
+            // Acquire: sees what the owner did inside before it left (its Release in
+            // `leave`).
+            let owner = self.owner.load(Ordering::Acquire);
+            if owner & INSIDE == 0 {
+                return Take::Taken;
+            }
+            // Inside: ask, unless a request is still unanswered.
+            if asks(word) == answered(owner) {
+                word = word.wrapping_add(ASK);
+            }
+            self.reaper.store(word, Ordering::Relaxed);
+            // Dekker's handshake with `leave`: an owner that left meanwhile without seeing
+            // the request is seen out here, and the stage taken after all.
+            barrier::heavy();
+            // Relaxed: a look; taking the stage goes round the loop's Acquire.
+            if self.owner.load(Ordering::Relaxed) & INSIDE != 0 {
+                return Take::Asked;
             }
         }
     }
 
-    /// Whether the reaper asked the owner, inside, to hand its timers over: the owner then
-    /// hands them over and wakes the reaper as a push does.
+    /// Whether the reaper asked the owner, inside, to hand its timers over, and it has not
+    /// answered yet: the owner then hands them over (and wakes the reaper as a push does)
+    /// and calls `answer`.
     pub(crate) fn is_asked(&self) -> bool {
-        // Relaxed: read in the reaper's last look, which the park handshake's fence orders.
-        self.state.load(Ordering::Relaxed) & COLLECT != 0
+        // Relaxed: the count carries no data (the hand-over is ordered by the registry);
+        // the reaper reads it in its last look, which the park handshake's fence orders.
+        asks(self.reaper.load(Ordering::Relaxed)) != answered(self.owner.load(Ordering::Relaxed))
     }
 
     /// The reaper, holding the stage, closes it for good: no owner takes it again.
     pub(crate) fn close(&self) {
-        // Release: an owner that fails to take it goes straight to the inbox, which is
-        // itself about to close; nothing else to publish, but it costs nothing here.
-        self.state.store(CLOSED, Ordering::Release);
+        // Relaxed: the reaper's own word. Release: as in `release`.
+        let held = self.reaper.load(Ordering::Relaxed);
+        self.reaper.store(held & !HOLD | CLOSED, Ordering::Release);
     }
 
     /// Whether the stage was closed (its shard shut down).
     pub(crate) fn is_closed(&self) -> bool {
         // Relaxed: only for forgetting stages of timers that are gone.
-        self.state.load(Ordering::Relaxed) == CLOSED
+        self.reaper.load(Ordering::Relaxed) & CLOSED != 0
     }
 
     /// Runs `f` on the contents.
@@ -184,9 +248,9 @@ impl Stage {
     /// The caller holds the stage: `try_own` or `try_take` gave it to it, and it has not
     /// left, released or closed it since.
     pub(crate) unsafe fn with<R>(&self, f: impl FnOnce(&mut Held) -> R) -> R {
-        // SAFETY: whoever holds the stage is the only one that touches its contents, and
-        // the state word's Acquire and Release order one holder's accesses after the last
-        // one's (see the module doc).
+        // SAFETY: whoever holds the stage is the only one that touches its contents (the
+        // handshake of the module doc), and the words' Acquire and Release order one
+        // holder's accesses after the last one's.
         self.held.with_mut(|held| f(unsafe { &mut *held }))
     }
 
@@ -253,21 +317,38 @@ mod tests {
     fn the_owner_and_the_reaper_never_hold_a_stage_together() {
         let stage = Stage::new();
         assert!(stage.try_own());
-        assert!(!stage.try_own(), "one owner at a time");
         assert_eq!(stage.try_take(), Take::Asked, "the reaper asks");
+        assert!(stage.is_asked());
         assert_eq!(stage.try_take(), Take::Asked, "and asks once");
-        assert!(!stage.leave(), "the owner hands over on its way out");
-        stage.release();
+        assert_eq!(asks(stage.reaper.load(Ordering::Relaxed)), 1);
+        stage.answer();
+        assert!(!stage.is_asked(), "the owner handed over");
+        assert!(!stage.leave(), "no request since");
         assert_eq!(stage.try_take(), Take::Taken);
         assert!(!stage.try_own(), "the reaper holds it");
         stage.release();
         assert!(stage.try_own());
-        assert!(stage.leave());
+        assert!(!stage.leave());
         assert_eq!(stage.try_take(), Take::Taken);
         stage.close();
         assert!(stage.is_closed());
         assert!(!stage.try_own(), "closed for good");
         assert_eq!(stage.try_take(), Take::Closed);
+    }
+
+    #[test]
+    fn an_owner_that_missed_a_request_is_told_as_it_leaves() {
+        let stage = Stage::new();
+        assert!(stage.try_own());
+        // The reaper asks after the owner's look (`is_asked`) and before its leave.
+        assert!(!stage.is_asked());
+        assert_eq!(stage.try_take(), Take::Asked);
+        assert!(stage.leave(), "the request is seen on the way out");
+        assert!(stage.try_own());
+        assert!(stage.is_asked());
+        stage.answer();
+        assert!(!stage.leave());
+        assert!(!stage.is_asked());
     }
 
     #[test]

@@ -126,6 +126,8 @@ impl<T> Shard<T> {
     /// nanoseconds (at least 1), recording lateness if `record_lateness`, firing timers at
     /// their exact deadlines if `exact`.
     pub fn new(max_pending: usize, tick_nanos: u64, record_lateness: bool, exact: bool) -> Self {
+        // Before any stage exists: the stages' handshake fences depend on it.
+        crate::barrier::init();
         Shard {
             slots: Slots::new(),
             inbox: CachePadded::new(Inbox::new()),

@@ -125,11 +125,18 @@ impl<T> Shard<T> {
         Ok((index, generation))
     }
 
-    /// The owner gives its stage back, handing its timers over first if the reaper asked.
+    /// The owner gives its stage back, handing its timers over first if the reaper asked
+    /// (before it left, or as it left: then it enters again, unless the reaper took the
+    /// stage meanwhile, which collects the timers itself).
     fn leave(&self, stage: &Stage) {
-        if !stage.leave() {
-            self.hand_over(stage);
-            stage.release();
+        loop {
+            if stage.is_asked() {
+                self.hand_over(stage);
+                stage.answer();
+            }
+            if !stage.leave() || !stage.try_own() {
+                return;
+            }
         }
     }
 
