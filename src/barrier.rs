@@ -48,6 +48,12 @@ fn asymmetric() -> bool {
     false
 }
 
+#[cfg(all(test, not(loom)))]
+thread_local! {
+    /// The `heavy` fences this thread issued, for the tests that count them.
+    pub(crate) static HEAVY_CALLS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
 /// The hot side's fence: orders this thread's earlier stores before its later loads
 /// against a `heavy` on another thread.
 #[inline]
@@ -62,6 +68,8 @@ pub(crate) fn light() {
 /// The rare side's fence: when it returns, every other thread of the process has issued
 /// a full fence since it was called, so a `light` there came before or after it.
 pub(crate) fn heavy() {
+    #[cfg(all(test, not(loom)))]
+    HEAVY_CALLS.with(|calls| calls.set(calls.get() + 1));
     fence(Ordering::SeqCst);
     #[cfg(all(target_os = "linux", not(loom), not(miri)))]
     if asymmetric() {

@@ -187,36 +187,62 @@ impl Stage {
     }
 
     /// The reaper comes to collect: takes the stage, or asks its owner, inside, to hand it
-    /// over. Two `membarrier` calls at most, three when the owner leaves meanwhile.
+    /// over. Two `membarrier` calls at most, three when the owner leaves meanwhile. (A
+    /// reaper collecting many stages takes the steps below for them all at once, with one
+    /// `membarrier` per step.)
     pub(crate) fn try_take(&self) -> Take {
-        // Relaxed: the reaper's own word.
-        let mut word = self.reaper.load(Ordering::Relaxed);
-        if word & CLOSED != 0 {
-            return Take::Closed;
-        }
         loop {
-            self.reaper.store(word | HOLD, Ordering::Relaxed);
-            // Dekker's handshake with `try_own` (see the module doc).
+            if !self.mark_held() {
+                return Take::Closed;
+            }
             barrier::heavy();
-            // Acquire: sees what the owner did inside before it left (its Release in
-            // `leave`).
-            let owner = self.owner.load(Ordering::Acquire);
-            if owner & INSIDE == 0 {
+            if self.settle() == Take::Taken {
                 return Take::Taken;
             }
-            // Inside: ask, unless a request is still unanswered.
-            if asks(word) == answered(owner) {
-                word = word.wrapping_add(ASK);
-            }
-            self.reaper.store(word, Ordering::Relaxed);
-            // Dekker's handshake with `leave`: an owner that left meanwhile without seeing
-            // the request is seen out here, and the stage taken after all.
             barrier::heavy();
-            // Relaxed: a look; taking the stage goes round the loop's Acquire.
-            if self.owner.load(Ordering::Relaxed) & INSIDE != 0 {
+            if !self.left_unasked() {
                 return Take::Asked;
             }
         }
+    }
+
+    /// The reaper's first step to take the stage: marks it held (the owner's next
+    /// `try_own` backs off). False if it is closed. A `barrier::heavy` and `settle` follow.
+    pub(crate) fn mark_held(&self) -> bool {
+        // Relaxed: the reaper's own word, published by the heavy fence that follows.
+        let word = self.reaper.load(Ordering::Relaxed);
+        if word & CLOSED != 0 {
+            return false;
+        }
+        self.reaper.store(word | HOLD, Ordering::Relaxed);
+        true
+    }
+
+    /// The reaper's second step, after `mark_held` and a `barrier::heavy` (Dekker's
+    /// handshake with `try_own`): `Taken` if the owner is out; otherwise the reaper lets go
+    /// of the mark and asks the owner for its timers, unless a request is unanswered, and
+    /// `Asked` says to follow with a `barrier::heavy` and `left_unasked`.
+    pub(crate) fn settle(&self) -> Take {
+        // Acquire: sees what the owner did inside before it left (its Release in `leave`).
+        let owner = self.owner.load(Ordering::Acquire);
+        if owner & INSIDE == 0 {
+            return Take::Taken;
+        }
+        // Relaxed: the reaper's own word.
+        let mut word = self.reaper.load(Ordering::Relaxed) & !HOLD;
+        if asks(word) == answered(owner) {
+            word = word.wrapping_add(ASK);
+        }
+        self.reaper.store(word, Ordering::Relaxed);
+        Take::Asked
+    }
+
+    /// The reaper's last step, after an `Asked` from `settle` and a `barrier::heavy`
+    /// (Dekker's handshake with `leave`): whether the owner left meanwhile without seeing
+    /// the request, so that the reaper must take the stage after all (`try_take`).
+    pub(crate) fn left_unasked(&self) -> bool {
+        // Relaxed: a look; taking the stage goes through `settle`'s Acquire.
+        self.owner.load(Ordering::Relaxed) & INSIDE == 0
     }
 
     /// Whether the reaper asked the owner, inside, to hand its timers over, and it has not

@@ -8,6 +8,7 @@
 //! it, and with a million timers pending those lines are out of its cache by then.
 
 use super::{Refused, Shard};
+use crate::barrier;
 use crate::due::Due;
 use crate::slots::{self, CANCELLED, Freed, PENDING, QUEUED, RESETTING, STAGED, Slot, Slots};
 use crate::stage::{FREE_LEN, STAGE_LEN, Stage, Take};
@@ -128,7 +129,7 @@ impl<T> Shard<T> {
     /// The owner gives its stage back, handing its timers over first if the reaper asked
     /// (before it left, or as it left: then it enters again, unless the reaper took the
     /// stage meanwhile, which collects the timers itself).
-    fn leave(&self, stage: &Stage) {
+    pub(super) fn leave(&self, stage: &Stage) {
         loop {
             if stage.is_asked() {
                 self.hand_over(stage);
@@ -267,26 +268,58 @@ impl<T> Shard<T> {
         }
         let all = std::mem::take(&mut due.collect_all);
         let shrinking = freed.is_shrinking();
-        let mut stages = std::mem::take(&mut due.stages);
-        stages.retain(|stage| {
-            let gone = stage.is_gone();
-            if all || gone || shrinking || stage.min().is_some_and(|min| min <= by) {
-                match stage.try_take() {
-                    Take::Taken => {
-                        arrived += self.take_stage(due, stage, freed, gone || shrinking);
-                        stage.release();
-                    }
-                    // The owner hands it over as it leaves; gone, it is not inside.
-                    Take::Asked => {}
-                    Take::Closed => return false,
+        let stages = std::mem::take(&mut due.stages);
+        // Each stage wanted (its owner let go, a change asked for them all, a shrink wants
+        // its free slots, or it holds a timer due) is taken in the steps of
+        // `Stage::try_take`, for all of them at once: one heavy fence a step, whatever the
+        // number of stages.
+        let gone: Vec<bool> = stages.iter().map(|stage| stage.is_gone()).collect();
+        let mut closed = vec![false; stages.len()];
+        let mut marked = Vec::new();
+        for (at, stage) in stages.iter().enumerate() {
+            if all || gone[at] || shrinking || stage.min().is_some_and(|min| min <= by) {
+                if stage.mark_held() {
+                    marked.push(at);
+                } else {
+                    closed[at] = true;
                 }
             }
-            if gone {
-                self.retire(stage);
+        }
+        let mut take_in = |due: &mut Due, at: usize| {
+            arrived += self.take_stage(due, &stages[at], freed, gone[at] || shrinking);
+            stages[at].release();
+        };
+        let mut asked = Vec::new();
+        if !marked.is_empty() {
+            barrier::heavy();
+            for at in marked {
+                match stages[at].settle() {
+                    Take::Taken => take_in(due, at),
+                    _ => asked.push(at),
+                }
             }
-            !gone
-        });
-        due.stages = stages;
+        }
+        if !asked.is_empty() {
+            barrier::heavy();
+            // The owner hands its timers over as it leaves (gone, it is not inside), unless
+            // it left before the request: then the reaper takes them after all.
+            for at in asked {
+                if stages[at].left_unasked() {
+                    match stages[at].try_take() {
+                        Take::Taken => take_in(due, at),
+                        Take::Asked => {}
+                        Take::Closed => closed[at] = true,
+                    }
+                }
+            }
+        }
+        for (at, stage) in stages.into_iter().enumerate() {
+            if gone[at] {
+                self.retire(&stage);
+            } else if !closed[at] {
+                due.stages.push(stage);
+            }
+        }
         arrived
     }
 

@@ -186,3 +186,42 @@ fn a_staged_timer_cancelled_by_another_thread_is_dropped_once() {
     let stats = shard.stats();
     assert_eq!((stats.scheduled, stats.cancelled), (1, 1));
 }
+
+/// One pass collects every stage holding a timer due (in one round of the take's steps),
+/// leaves those holding none, and skips one whose owner is inside, which hands its timers
+/// over as it leaves.
+#[test]
+fn a_pass_collects_every_stage_holding_a_timer_due() {
+    let shard = exact_shard();
+    let stages: Vec<_> = (0..4).map(|_| shard.register_stage().unwrap()).collect();
+    for (i, stage) in stages.iter().enumerate() {
+        let deadline = if i == 3 { 9_000 } else { 5_000 };
+        shard.schedule_staged(stage, deadline, Box::new(i as u64)).unwrap();
+    }
+    let mut due = Due::new();
+    let fired = std::sync::Mutex::new(Vec::new());
+    let record = |payload: Box<u64>| fired.lock().unwrap().push(*payload);
+    let sorted = || {
+        let mut fired = fired.lock().unwrap().clone();
+        fired.sort_unstable();
+        fired
+    };
+    // The pass before the deadlines picks the stages up; the owner of stage 2 is inside
+    // at the next one.
+    shard.pass(&mut due, 4, &|| 4_999, &record);
+    assert!(stages[2].try_own());
+    let heavy = || crate::barrier::HEAVY_CALLS.with(|calls| calls.get());
+    let before = heavy();
+    shard.pass(&mut due, 5, &|| 5_000, &record);
+    assert_eq!(
+        heavy() - before,
+        2,
+        "one heavy fence to take the three stages, one to ask stage 2's owner"
+    );
+    assert_eq!(sorted(), [0, 1], "stage 2's owner is inside");
+    assert!(stages[2].is_asked(), "the reaper asked it");
+    shard.leave(&stages[2]);
+    shard.pass(&mut due, 5, &|| 5_000, &record);
+    assert_eq!(sorted(), [0, 1, 2], "handed over as its owner left");
+    assert_eq!(shard.pending(), 1, "stage 3's timer is not due");
+}
