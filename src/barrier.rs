@@ -18,11 +18,16 @@
 
 use crate::sync::{Ordering, fence};
 #[cfg(all(target_os = "linux", not(loom), not(miri)))]
-use std::sync::OnceLock;
+use std::sync::Once;
+#[cfg(all(target_os = "linux", not(loom), not(miri)))]
+use std::sync::atomic::AtomicBool;
 
 /// Whether the kernel accepted the registration: `light` may then be a compiler fence.
+/// Set once, by `init`, before any stage exists.
 #[cfg(all(target_os = "linux", not(loom), not(miri)))]
-static ASYMMETRIC: OnceLock<bool> = OnceLock::new();
+static ASYMMETRIC: AtomicBool = AtomicBool::new(false);
+#[cfg(all(target_os = "linux", not(loom), not(miri)))]
+static REGISTER: Once = Once::new();
 
 /// `membarrier`'s commands (linux/membarrier.h).
 #[cfg(all(target_os = "linux", not(loom), not(miri)))]
@@ -34,16 +39,22 @@ const REGISTER_PRIVATE_EXPEDITED: libc::c_int = 1 << 4;
 /// (a timer's build), so that every `light` after it sees the outcome.
 pub(crate) fn init() {
     #[cfg(all(target_os = "linux", not(loom), not(miri)))]
-    ASYMMETRIC.get_or_init(|| {
+    REGISTER.call_once(|| {
         // SAFETY: `membarrier` takes two integers and touches no memory of ours.
-        unsafe { libc::syscall(libc::SYS_membarrier, REGISTER_PRIVATE_EXPEDITED, 0) == 0 }
+        let registered =
+            unsafe { libc::syscall(libc::SYS_membarrier, REGISTER_PRIVATE_EXPEDITED, 0) == 0 };
+        // Relaxed: `Once` orders it before every later `init` returns, and a stage only
+        // exists after its shard's `init` (and reaches other threads through an Arc's
+        // synchronisation).
+        ASYMMETRIC.store(registered, Ordering::Relaxed);
     });
 }
 
 /// Whether the kernel accepted the registration (false before `init`).
 fn asymmetric() -> bool {
+    // Relaxed: see `init`.
     #[cfg(all(target_os = "linux", not(loom), not(miri)))]
-    return ASYMMETRIC.get().copied().unwrap_or(false);
+    return ASYMMETRIC.load(Ordering::Relaxed);
     #[cfg(not(all(target_os = "linux", not(loom), not(miri))))]
     false
 }
