@@ -290,6 +290,13 @@ impl Stage {
             .store(if len == 0 { u64::MAX } else { min }, Ordering::Relaxed);
     }
 
+    /// The holder records how many timers are staged, the earliest deadline left as it
+    /// was (a timer taken out leaves a hint that may be early, never late).
+    pub(crate) fn set_len(&self, len: usize) {
+        // Relaxed: as in `set_hints`.
+        self.len.store(len as u32, Ordering::Relaxed);
+    }
+
     /// The earliest deadline staged, as last recorded; `None` if nothing is staged.
     pub(crate) fn min(&self) -> Option<u64> {
         // Relaxed: as in `set_hints`.
@@ -384,6 +391,11 @@ mod tests {
         stage.set_hints(2, 70);
         assert_eq!(stage.min(), Some(70));
         stage.set_hints(0, 70);
+        assert_eq!(stage.min(), None);
+        stage.set_hints(2, 70);
+        stage.set_len(1);
+        assert_eq!(stage.min(), Some(70), "the earliest stays, early at worst");
+        stage.set_len(0);
         assert_eq!(stage.min(), None);
     }
 }

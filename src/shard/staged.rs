@@ -231,8 +231,7 @@ impl<T> Shard<T> {
                 (payload, held.staged.len())
             })
         };
-        // The earliest deadline stays as it was: a hint that may be early, never late.
-        stage.set_hints(len, stage.min().unwrap_or(u64::MAX));
+        stage.set_len(len);
         self.slots.recycle(&mut spill);
         self.leave(stage);
         payload
