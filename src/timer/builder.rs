@@ -323,7 +323,7 @@ impl Builder {
             Driver::Reapers(Mutex::new(reapers)),
         );
         match failure {
-            // Dropping `timer` stops and joins the reapers already started.
+            // Dropping `timer` stops the reapers already started.
             Some(error) => Err(BuildError::Thread(error)),
             None => Ok(timer),
         }
