@@ -130,8 +130,7 @@ impl<T> Shard<T> {
         let arrived = arrived + self.collect_stages(due, &mut freed, elapsed(), &mut catch_up);
         catch_up(due, &mut freed);
         self.slots.recycle(&mut freed);
-        // Both, every pass: `|` rather than `||`.
-        due.shrinking = self.slots.shrink(&mut freed, self.pending());
+        due.shrinking = self.shrink(&mut freed);
         due.freed = freed;
         let mut stats = self.reaper_stats();
         stats.pass(arrived, changed);
