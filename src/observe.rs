@@ -52,13 +52,7 @@ impl<T: Send + 'static> Timer<T> {
             let mut stats = Stats::new();
             stats.merge(&shard.stats());
             let labels = [("timer", name.to_owned()), ("shard", index.to_string())];
-            for (count, value) in stats.counts().named() {
-                if Counts::is_level(count) {
-                    metrics::gauge!(format!("shardwheel_{count}"), &labels).set(value as f64);
-                } else {
-                    metrics::counter!(format!("shardwheel_{count}_total"), &labels).absolute(value);
-                }
-            }
+            record_named("shardwheel", stats.counts().named(), Counts::is_level, &labels);
             for (quantile, value) in QUANTILES {
                 let labels = [
                     labels[0].clone(),
@@ -68,6 +62,24 @@ impl<T: Send + 'static> Timer<T> {
                 metrics::gauge!("shardwheel_lateness_seconds", &labels)
                     .set(stats.lateness(value).as_secs_f64());
             }
+        }
+    }
+}
+
+/// Sets a gauge `{prefix}_{name}` for each count of `named` that `is_level` says is a
+/// level, and a counter `{prefix}_{name}_total` to each other one, with `labels`.
+#[cfg(feature = "metrics")]
+pub(crate) fn record_named<const N: usize>(
+    prefix: &str,
+    named: [(&'static str, u64); N],
+    is_level: fn(&str) -> bool,
+    labels: &[(&'static str, String)],
+) {
+    for (count, value) in named {
+        if is_level(count) {
+            metrics::gauge!(format!("{prefix}_{count}"), labels).set(value as f64);
+        } else {
+            metrics::counter!(format!("{prefix}_{count}_total"), labels).absolute(value);
         }
     }
 }
