@@ -45,7 +45,11 @@ pub(crate) fn tick_of(deadline: u64, tick_nanos: u64) -> u64 {
 /// deadline as it is.
 pub(crate) fn within(deadline: u64, slack: u64, tick_nanos: u64) -> u64 {
     let step = if slack >= tick_nanos {
-        tick_nanos << (slack / tick_nanos).ilog2()
+        // The largest `tick << k` not above `slack`, without a division (the one below
+        // is the schedule path's only other): `k` is the difference of the logarithms,
+        // or one less.
+        let step = tick_nanos << (slack.ilog2() - tick_nanos.ilog2());
+        if step > slack { step >> 1 } else { step }
     } else if slack > 0 {
         1 << slack.ilog2()
     } else {
@@ -216,6 +220,11 @@ mod tests {
             }
             // Rounding is stable: a rounded deadline is a step boundary.
             proptest::prop_assert_eq!(within(rounded, slack, tick), rounded);
+            // The step is the largest power-of-two number of ticks within the slack.
+            if slack >= tick {
+                let step = tick << (slack / tick).ilog2();
+                proptest::prop_assert_eq!(rounded, deadline.div_ceil(step) * step);
+            }
         }
     }
 
