@@ -176,7 +176,9 @@ impl<T: Send + 'static> Timer<T> {
     /// before `delay` has passed nor, the reaper's own wake-up aside, more than `slack`
     /// after it, and timers whose deadlines fall in one such step fire in one reaper
     /// wake-up. Timers scheduled without slack keep their exact deadlines beside them.
-    /// Zero slack is [`insert`](Timer::insert).
+    /// Zero slack is [`insert`](Timer::insert). The slack is the schedule's, not the
+    /// timer's: [`reset`](Timer::reset) moves it to an exact deadline,
+    /// [`reset_within`](Timer::reset_within) to one with slack.
     ///
     /// # Errors
     ///

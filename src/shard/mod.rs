@@ -30,8 +30,8 @@ mod wind_up;
 
 use crate::bound::Bound;
 use crate::clock;
-use crate::observe;
 use crate::inbox::{Closed, Inbox};
+use crate::observe;
 use crate::slots::{
     self, CANCELLED, FIRING, FLAGS, Freed, PENDING, Pin, QUEUED, RESETTING, STAGED, Slot, Slots,
 };
