@@ -15,9 +15,13 @@
 //! nothing but the engine: the probe that counts firings is `'static`, so cloning no
 //! reference count bounces a cache line between them.
 //!
+//! W3 and W3-slack (exact deadlines against 10 ms of slack per timer) are in `engine/w3.rs`.
+//!
 //! Run: `cargo bench --bench engine`; `ENGINE_ONLY=W3,W6` runs some workloads only.
 
 mod common;
+#[path = "engine/w3.rs"]
+mod w3;
 
 use common::{SplitMix64, load_average, median, percentile};
 use mimalloc::MiMalloc;
@@ -109,6 +113,11 @@ trait Engine: Sync + Sized {
     fn cancel(&self, armed: Self::Armed) -> bool;
     /// A timer due at `deadline` that records its lateness when it runs.
     fn fire_at(&self, deadline: Instant, probe: &'static Probe);
+    /// Its reapers' passes so far (wake-ups, and passes made without sleeping), if it
+    /// can tell.
+    fn passes(&self) -> Option<u64> {
+        None
+    }
     /// Stops the engine; the number of pending timers it handed back, if it can tell.
     fn stop(self) -> Option<usize>;
 }
@@ -117,23 +126,31 @@ trait Engine: Sync + Sized {
 /// (`Builder::record_lateness`, on by default), so that the cost of doing so shows;
 /// `EXACT`: whether timers fire at their exact deadlines (`Builder::exact_deadlines`, on
 /// by default) or at the start of their tick; `TICK_US`: the tick; `SPIN_US`: how long
-/// the reaper spins before a deadline (`Builder::spin_before_deadline`, off by default).
+/// the reaper spins before a deadline (`Builder::spin_before_deadline`, off by default);
+/// `SLACK_MS`: each timer's slack (`Timer::schedule_at_within`; none by default).
 struct Shardwheel<
     const LATENESS: bool = true,
     const EXACT: bool = true,
     const TICK_US: u64 = 1000,
     const SPIN_US: u64 = 0,
+    const SLACK_MS: u64 = 0,
 >(Timer);
 
-impl<const LATENESS: bool, const EXACT: bool, const TICK_US: u64, const SPIN_US: u64> Engine
-    for Shardwheel<LATENESS, EXACT, TICK_US, SPIN_US>
+impl<
+    const LATENESS: bool,
+    const EXACT: bool,
+    const TICK_US: u64,
+    const SPIN_US: u64,
+    const SLACK_MS: u64,
+> Engine for Shardwheel<LATENESS, EXACT, TICK_US, SPIN_US, SLACK_MS>
 {
-    const NAME: &'static str = match (LATENESS, EXACT, TICK_US, SPIN_US) {
-        (true, true, 1000, 0) => "shardwheel",
-        (false, true, 1000, 0) => "shardwheel-no-lateness",
-        (true, false, 1000, 0) => "shardwheel-tick-rounded",
-        (true, true, 100, 0) => "shardwheel-tick-100us",
-        (true, true, 1000, 200) => "shardwheel-spin-200us",
+    const NAME: &'static str = match (LATENESS, EXACT, TICK_US, SPIN_US, SLACK_MS) {
+        (true, true, 1000, 0, 0) => "shardwheel",
+        (false, true, 1000, 0, 0) => "shardwheel-no-lateness",
+        (true, false, 1000, 0, 0) => "shardwheel-tick-rounded",
+        (true, true, 100, 0, 0) => "shardwheel-tick-100us",
+        (true, true, 1000, 200, 0) => "shardwheel-spin-200us",
+        (true, true, 1000, 0, 10) => "shardwheel-slack-10ms",
         _ => "shardwheel-other",
     };
     type Armed = TimerHandle;
@@ -156,7 +173,7 @@ impl<const LATENESS: bool, const EXACT: bool, const TICK_US: u64, const SPIN_US:
 
     fn arm(&self, deadline: Instant, probe: &'static Probe) -> TimerHandle {
         self.0
-            .schedule_at(deadline, move || {
+            .schedule_at_within(deadline, Duration::from_millis(SLACK_MS), move || {
                 probe.unexpected.fetch_add(1, Relaxed);
             })
             .expect("schedule")
@@ -167,9 +184,14 @@ impl<const LATENESS: bool, const EXACT: bool, const TICK_US: u64, const SPIN_US:
     }
 
     fn fire_at(&self, deadline: Instant, probe: &'static Probe) {
+        let slack = Duration::from_millis(SLACK_MS);
         self.0
-            .schedule_at(deadline, move || probe.record(deadline))
+            .schedule_at_within(deadline, slack, move || probe.record(deadline))
             .expect("schedule");
+    }
+
+    fn passes(&self) -> Option<u64> {
+        Some(self.0.counts().passes)
     }
 
     fn stop(self) -> Option<usize> {
@@ -279,13 +301,7 @@ fn w1() {
     ];
     for pending in [1_000, 1_000_000] {
         let probe = Probe::leak();
-        let mut rates: [Vec<f64>; 3] = Default::default();
-        for round in 0..W1_ROUNDS {
-            for turn in 0..runs.len() {
-                let at = (round + turn) % runs.len();
-                rates[at].push((runs[at].1)(pending, probe));
-            }
-        }
+        let rates = take_turns(W1_ROUNDS, runs.map(|run| run.1), pending, [probe; 3]);
         for ((name, _), rates) in runs.iter().zip(&rates) {
             println!(
                 "RESULT W1 P={pending} {name} iters_per_s={:.0}",
@@ -339,136 +355,27 @@ fn w2<E: Engine>() -> f64 {
     rate
 }
 
-/// W3's window per round, and rounds per implementation (they take turns).
-const W3_WINDOW: Duration = Duration::from_secs(1);
-const W3_ROUNDS: usize = 5;
-/// Timers waiting to be cancelled, per producer: a new one replaces a random one, which is
-/// cancelled, so each lives a random ~1,000 operations (a millisecond or less).
-const W3_RING: usize = 1024;
+/// A round of one implementation (W1, W3): its name and how to run it with a size (P, T),
+/// which gives its figures (operations per second, unless said otherwise).
+type Run<R = f64> = (&'static str, fn(usize, &'static Probe) -> R);
 
-/// One W3 round's counts.
-#[derive(Default)]
-struct W3Round {
-    ops: usize,
-    scheduled: usize,
-    cancelled: usize,
-    /// The window, and the time it took the engine to catch up after it.
-    elapsed: Duration,
-}
-
-/// One W3 round with `threads` producers for `W3_WINDOW`: returns operations per second,
-/// counting the time the engine needs to catch up after the window (its reapers may lag),
-/// after checking that every timer is accounted for (where the engine can tell).
-fn w3_round<E: Engine>(threads: usize, probe: &'static Probe) -> f64 {
-    let engine = E::start();
-    let fired_before = probe.fired.load(Relaxed) + probe.unexpected.load(Relaxed);
-    let rounds: Vec<W3Round> = thread::scope(|s| {
-        let producers: Vec<_> = (0..threads)
-            .map(|t| {
-                let engine = &engine;
-                s.spawn(move || engine.enter(|| w3_producer(engine, t, probe)))
-            })
-            .collect();
-        producers.into_iter().map(|p| p.join().unwrap()).collect()
-    });
-    let ops: usize = rounds.iter().map(|r| r.ops).sum();
-    let scheduled: usize = rounds.iter().map(|r| r.scheduled).sum();
-    let cancelled: usize = rounds.iter().map(|r| r.cancelled).sum();
-    if let Some(handed_back) = engine.stop() {
-        // The probe counts over all rounds; this engine's reapers have all stopped.
-        let fired = probe.fired.load(Relaxed) + probe.unexpected.load(Relaxed) - fired_before;
-        assert_eq!(
-            fired + cancelled + handed_back,
-            scheduled,
-            "{}: timers lost or run twice (fired counts the requests that timed out)",
-            E::NAME
-        );
-    }
-    let elapsed = rounds.iter().map(|r| r.elapsed).max().unwrap_or(W3_WINDOW);
-    ops as f64 / elapsed.as_secs_f64()
-}
-
-fn w3_producer<E: Engine>(engine: &E, thread: usize, probe: &'static Probe) -> W3Round {
-    let mut rng = SplitMix64(42 + thread as u64);
-    let mut ring: Vec<Option<E::Armed>> = (0..W3_RING).map(|_| None).collect();
-    let mut round = W3Round::default();
-    let start = Instant::now();
-    while start.elapsed() < W3_WINDOW {
-        for _ in 0..256 {
-            let deadline = Instant::now() + Duration::from_millis(rng.between(100, 10_000));
-            round.scheduled += 1;
-            round.ops += 1;
-            if rng.between(0, 9) == 0 {
-                engine.fire_at(deadline, probe);
-                continue;
-            }
-            let at = rng.between(0, W3_RING as u64 - 1) as usize;
-            if let Some(old) = ring[at].replace(engine.arm(deadline, probe)) {
-                // False only if the request outlived its timeout: a producer stalled for
-                // 100 ms (it then ran as a timeout; counted in the probe's `unexpected`).
-                round.cancelled += usize::from(engine.cancel(old));
-                round.ops += 1;
-            }
+/// Runs `rounds` rounds of each of `runs` with `size` (P, T), each with its probe; the
+/// implementations take turns, each starting a round in turn, so that none always
+/// inherits another's mess. Each one's figures, round by round.
+fn take_turns<R, const N: usize>(
+    rounds: usize,
+    runs: [fn(usize, &'static Probe) -> R; N],
+    size: usize,
+    probes: [&'static Probe; N],
+) -> [Vec<R>; N] {
+    let mut figures: [Vec<R>; N] = std::array::from_fn(|_| Vec::new());
+    for round in 0..rounds {
+        for turn in 0..N {
+            let at = (round + turn) % N;
+            figures[at].push((runs[at])(size, probes[at]));
         }
     }
-    // The requests still waiting finish too (before any can come due).
-    for armed in ring.into_iter().flatten() {
-        round.cancelled += usize::from(engine.cancel(armed));
-        round.ops += 1;
-    }
-    // The engine may have taken work in faster than its reaper did it: a timer due now,
-    // on this producer's shard, fires only once the reaper has caught up with it all.
-    let caught_up = Probe::leak();
-    engine.fire_at(Instant::now(), caught_up);
-    assert!(caught_up.wait_for(1, Duration::from_secs(60)));
-    round.elapsed = start.elapsed();
-    round
-}
-
-/// A round of one implementation (W1, W3): its name and how to run it with a size (P, T).
-type Run = (&'static str, fn(usize, &'static Probe) -> f64);
-
-fn w3() {
-    type Rounded = Shardwheel<true, false>;
-    let runs: [Run; 4] = [
-        (Shardwheel::<true>::NAME, w3_round::<Shardwheel<true>>),
-        (Shardwheel::<false>::NAME, w3_round::<Shardwheel<false>>),
-        (TokioSleep::NAME, w3_round::<TokioSleep>),
-        (Rounded::NAME, w3_round::<Rounded>),
-    ];
-    for threads in [1, 2] {
-        let probes = runs.map(|_| Probe::leak());
-        let mut rates: [Vec<f64>; 4] = Default::default();
-        for round in 0..W3_ROUNDS {
-            // Take turns, each starting a round in turn, so that none always inherits
-            // another's mess.
-            for turn in 0..runs.len() {
-                let at = (round + turn) % runs.len();
-                rates[at].push((runs[at].1)(threads, probes[at]));
-            }
-        }
-        for ((name, _), (rates, probe)) in runs.iter().zip(rates.iter().zip(probes)) {
-            let lateness = probe.sorted_lateness();
-            println!(
-                "RESULT W3 T={threads} {name} ops_per_s={:.0} {} fired={} early={} timed_out={}",
-                median(rates.clone()),
-                lateness_fields(
-                    &lateness,
-                    &[("p50", 0.5), ("p90", 0.9), ("p99", 0.99), ("max", 1.0)]
-                ),
-                lateness.len(),
-                probe.early.load(Relaxed),
-                probe.unexpected.load(Relaxed),
-            );
-        }
-        let paired = |a: &[f64], b: &[f64]| median(a.iter().zip(b).map(|(a, b)| a / b).collect());
-        println!(
-            "RESULT W3 T={threads} shardwheel vs_tokio-sleep={:.2} lateness_recording_cost_pct={:.1} exact_deadlines_cost_pct={:.1}",
-            paired(&rates[0], &rates[2]),
-            100.0 * (1.0 - paired(&rates[0], &rates[1])),
-            100.0 * (1.0 - paired(&rates[0], &rates[3])),
-        );
-    }
+    figures
 }
 
 /// CPU time this process's threads have used, from the kernel's per-thread accounting.
@@ -566,7 +473,10 @@ fn main() {
         );
     }
     if runs("W3") {
-        w3();
+        w3::w3();
+    }
+    if runs("W3-slack") {
+        w3::w3_slack();
     }
     if runs("W5") {
         w5::<Shardwheel<true>>();

@@ -32,6 +32,32 @@ impl Callback {
         Callback(Job::Wake(alarm))
     }
 
+    /// Whether this is the wake-up of a [`Sleep`](crate::Sleep) (or of a
+    /// [`Timeout`](crate::Timeout)'s sleep) rather than a closure of the user's: what
+    /// tells the two apart among the callbacks that [`Timer::shutdown`](crate::Timer::shutdown)
+    /// and [`Timer::drain`](crate::Timer::drain) hand back. Dropping a wake-up ends its
+    /// sleep with [`SleepError::Shutdown`](crate::SleepError::Shutdown); running it ends
+    /// the sleep as if its deadline had passed.
+    ///
+    /// ```
+    /// use std::future::Future;
+    /// use std::task::{Context, Waker};
+    /// use std::time::Duration;
+    ///
+    /// let timer = shardwheel::Timer::builder().shards(1).manual().build().unwrap();
+    /// timer.schedule(Duration::from_secs(60), || println!("retry")).unwrap();
+    /// let mut sleep = Box::pin(timer.sleep(Duration::from_secs(60)));
+    /// assert!(sleep.as_mut().poll(&mut Context::from_waker(Waker::noop())).is_pending());
+    /// let (wake_ups, closures): (Vec<_>, Vec<_>) =
+    ///     timer.shutdown().into_iter().partition(|callback| callback.is_wake_up());
+    /// assert_eq!((wake_ups.len(), closures.len()), (1, 1));
+    /// drop(wake_ups); // the sleep ends with an error: the timer shut down
+    /// assert!(futures::executor::block_on(sleep).is_err());
+    /// ```
+    pub fn is_wake_up(&self) -> bool {
+        matches!(self.0, Job::Wake(_))
+    }
+
     /// Runs the callback: the closure, or for a sleep, ends it as if its deadline had
     /// passed. (Dropping a sleep's callback unrun ends the sleep with
     /// [`SleepError::Shutdown`](crate::SleepError::Shutdown) instead.)

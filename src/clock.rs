@@ -36,6 +36,31 @@ pub(crate) fn tick_of(deadline: u64, tick_nanos: u64) -> u64 {
     deadline.div_ceil(tick_nanos)
 }
 
+/// The deadline a timer with `slack` nanoseconds of tolerance is filed at: `deadline`
+/// rounded up to a multiple of the largest power-of-two number of ticks not above `slack`
+/// (of the largest power-of-two number of nanoseconds, for a slack under a tick). Never
+/// before `deadline`, never more than `slack` after it (the step is at most `slack`), and
+/// timers whose deadlines fall in one step share the rounded deadline, so the reaper fires
+/// them in one wake-up. Zero slack (or a rounding past the end of the range) leaves the
+/// deadline as it is.
+pub(crate) fn within(deadline: u64, slack: u64, tick_nanos: u64) -> u64 {
+    let step = if slack >= tick_nanos {
+        // The largest `tick << k` not above `slack`, without a division (the one below
+        // is the schedule path's only other): `k` is the difference of the logarithms,
+        // or one less.
+        let step = tick_nanos << (slack.ilog2() - tick_nanos.ilog2());
+        if step > slack { step >> 1 } else { step }
+    } else if slack > 0 {
+        1 << slack.ilog2()
+    } else {
+        return deadline;
+    };
+    deadline
+        .div_ceil(step)
+        .checked_mul(step)
+        .unwrap_or(deadline)
+}
+
 /// The current tick once `elapsed` nanoseconds have passed (rounded down).
 pub(crate) fn tick_at(elapsed: u64, tick_nanos: u64) -> u64 {
     elapsed / tick_nanos
@@ -161,6 +186,46 @@ mod tests {
             assert_eq!(clock.deadline_at(clock.instant_of(elapsed)), elapsed);
         }
         assert!(clock.instant_of(u64::MAX) > clock.instant_of(1 << 60));
+    }
+
+    #[test]
+    fn slack_rounds_up_to_a_power_of_two_ticks_within_it() {
+        const MS: u64 = 1_000_000;
+        // 10 ms of slack on a 1 ms tick: 8 ms steps.
+        assert_eq!(within(3 * MS, 10 * MS, MS), 8 * MS);
+        assert_eq!(within(6 * MS + 1, 10 * MS, MS), 8 * MS);
+        assert_eq!(within(8 * MS, 10 * MS, MS), 8 * MS, "on a step: as asked");
+        assert_eq!(within(8 * MS + 1, 10 * MS, MS), 16 * MS);
+        // Under a tick: a power of two nanoseconds.
+        assert_eq!(within(1_000, 600, MS), 1_024);
+        // None: as asked.
+        assert_eq!(within(3 * MS + 7, 0, MS), 3 * MS + 7);
+        assert_eq!(within(u64::MAX - 1, 10 * MS, MS), u64::MAX - 1);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn slack_never_fires_early_nor_past_the_slack(
+            deadline in 0u64..1 << 50,
+            other in 0u64..1 << 50,
+            slack in 0u64..1 << 40,
+            tick in 1u64..1 << 30,
+        ) {
+            let rounded = within(deadline, slack, tick);
+            proptest::prop_assert!(rounded >= deadline);
+            proptest::prop_assert!(rounded - deadline <= slack);
+            // Two deadlines rounded to one value are within each other's slack.
+            if within(other, slack, tick) == rounded {
+                proptest::prop_assert!(deadline.abs_diff(other) <= slack);
+            }
+            // Rounding is stable: a rounded deadline is a step boundary.
+            proptest::prop_assert_eq!(within(rounded, slack, tick), rounded);
+            // The step is the largest power-of-two number of ticks within the slack.
+            if slack >= tick {
+                let step = tick << (slack / tick).ilog2();
+                proptest::prop_assert_eq!(rounded, deadline.div_ceil(step) * step);
+            }
+        }
     }
 
     #[test]

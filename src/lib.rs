@@ -138,6 +138,7 @@ cfg_engine! {
     mod scheduler;
     mod shard;
     mod sleep;
+    mod slack;
     mod slots;
     mod stage;
     mod stats;

@@ -6,13 +6,14 @@
 //!   them (`Counter::absolute`) rather than bumped at each event: the reapers' passes pay
 //!   nothing for it, and calls may come at any rate (a scrape, a period).
 //! - `tracing`: a reaper that catches a callback's panic logs it as an event at error
-//!   level, with the panic's message (the payload, when it is a string).
+//!   level, with the panic's message (the payload, when it is a string); a reaper's start
+//!   and stop (with the timers it handed back) at info level; memory a shard gives back
+//!   after a spike at debug level. Without the feature these are empty functions.
 
 #[cfg(feature = "metrics")]
 use crate::stats::{Counts, Stats};
 #[cfg(feature = "metrics")]
 use crate::timer::Timer;
-use std::any::Any;
 
 /// The lateness quantiles recorded, as their label and value.
 #[cfg(feature = "metrics")]
@@ -51,13 +52,7 @@ impl<T: Send + 'static> Timer<T> {
             let mut stats = Stats::new();
             stats.merge(&shard.stats());
             let labels = [("timer", name.to_owned()), ("shard", index.to_string())];
-            for (count, value) in stats.counts().named() {
-                if Counts::is_level(count) {
-                    metrics::gauge!(format!("shardwheel_{count}"), &labels).set(value as f64);
-                } else {
-                    metrics::counter!(format!("shardwheel_{count}_total"), &labels).absolute(value);
-                }
-            }
+            record_named("shardwheel", stats.counts().named(), Counts::is_level, &labels);
             for (quantile, value) in QUANTILES {
                 let labels = [
                     labels[0].clone(),
@@ -71,20 +66,66 @@ impl<T: Send + 'static> Timer<T> {
     }
 }
 
-/// A reaper caught `panic` from a timer's callback (or handler, or a payload's drop).
-#[cfg(feature = "tracing")]
-pub(crate) fn callback_panicked(panic: &(dyn Any + Send)) {
-    let message = panic
-        .downcast_ref::<&str>()
-        .copied()
-        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
-        .unwrap_or("(a panic payload that is not a string)");
-    tracing::error!(
-        panic = message,
-        "a timer's callback panicked; its shard goes on"
-    );
+/// Sets a gauge `{prefix}_{name}` for each count of `named` that `is_level` says is a
+/// level, and a counter `{prefix}_{name}_total` to each other one, with `labels`.
+#[cfg(feature = "metrics")]
+pub(crate) fn record_named<const N: usize>(
+    prefix: &str,
+    named: [(&'static str, u64); N],
+    is_level: fn(&str) -> bool,
+    labels: &[(&'static str, String)],
+) {
+    for (count, value) in named {
+        if is_level(count) {
+            metrics::gauge!(format!("{prefix}_{count}"), labels).set(value as f64);
+        } else {
+            metrics::counter!(format!("{prefix}_{count}_total"), labels).absolute(value);
+        }
+    }
 }
 
-/// A reaper caught `panic` from a timer's callback: nothing to tell without `tracing`.
+pub(crate) use events::*;
+
+#[cfg(feature = "tracing")]
+mod events {
+    use std::any::Any;
+
+    /// A reaper caught `panic` from a timer's callback (or handler, or a payload's drop).
+    pub(crate) fn callback_panicked(panic: &(dyn Any + Send)) {
+        let message = panic
+            .downcast_ref::<&str>()
+            .copied()
+            .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+            .unwrap_or("(a panic payload that is not a string)");
+        tracing::error!(
+            panic = message,
+            "a timer's callback panicked; its shard goes on"
+        );
+    }
+
+    /// Shard `shard`'s reaper started.
+    pub(crate) fn reaper_started(shard: usize) {
+        tracing::info!(shard, "shardwheel reaper started");
+    }
+
+    /// Shard `shard`'s reaper stopped, handing back `unfired` timers.
+    pub(crate) fn reaper_stopped(shard: usize, unfired: usize) {
+        tracing::info!(shard, unfired, "shardwheel reaper stopped");
+    }
+
+    /// A shard gave memory back: it holds `slots` timer slots, `before` before.
+    pub(crate) fn gave_back(before: u32, slots: u32) {
+        if slots < before {
+            tracing::debug!(before, slots, "shardwheel shard gave timer slots back");
+        }
+    }
+}
+
+/// Without `tracing`, nothing to tell.
 #[cfg(not(feature = "tracing"))]
-pub(crate) fn callback_panicked(_: &(dyn Any + Send)) {}
+mod events {
+    pub(crate) fn callback_panicked(_: &(dyn std::any::Any + Send)) {}
+    pub(crate) fn reaper_started(_: usize) {}
+    pub(crate) fn reaper_stopped(_: usize, _: usize) {}
+    pub(crate) fn gave_back(_: u32, _: u32) {}
+}

@@ -20,7 +20,7 @@ use crate::timer::{Builder, Timer};
 use std::collections::HashMap;
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hash};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::Duration;
 
@@ -82,6 +82,91 @@ struct Watchers<K, O> {
     /// Operations completed (by events or expiry) since the last purge.
     completed_since_purge: AtomicUsize,
     purge_interval: usize,
+    /// What [`Purgatory::counts`] reports besides the levels it reads.
+    counts: Totals,
+}
+
+/// The purgatory's totals, each counted where it happens (Relaxed: counts).
+#[derive(Default)]
+struct Totals {
+    completed: AtomicU64,
+    expired: AtomicU64,
+    purges: AtomicU64,
+}
+
+/// A [`Purgatory`]'s counts: from [`Purgatory::counts`], for a scrape (Kafka's
+/// `PurgatorySize`, `NumDelayedOperations` and expiration rate), and to the `metrics`
+/// facade with the `metrics` feature (`Purgatory::record_metrics`).
+///
+/// ```
+/// use shardwheel::purgatory::{DelayedOperation, Purgatory};
+/// use std::time::Duration;
+///
+/// struct Fetch(bool);
+/// impl DelayedOperation for Fetch {
+///     fn delay(&self) -> Duration { Duration::from_millis(500) }
+///     fn try_complete(&self) -> bool { self.0 }
+///     fn on_complete(&self) {}
+/// }
+///
+/// let purgatory = Purgatory::new(shardwheel::Timer::builder().shards(1).manual()).unwrap();
+/// purgatory.try_complete_else_watch(Fetch(true), ["topic-0"]).unwrap(); // at once
+/// purgatory.try_complete_else_watch(Fetch(false), ["topic-0"]).unwrap();
+/// purgatory.try_complete_else_watch(Fetch(false), ["topic-1"]).unwrap();
+/// purgatory.advance(Duration::from_millis(500)).unwrap();
+/// let counts = purgatory.counts();
+/// assert_eq!((counts.completed, counts.expired, counts.delayed), (1, 2, 0));
+/// assert_eq!(counts.watched, 2); // expired, not yet purged
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PurgatoryCounts {
+    /// Operations waiting: neither completed nor expired ([`Purgatory::delayed`]).
+    pub delayed: usize,
+    /// Entries in the watcher lists, completed ones not yet purged included
+    /// ([`Purgatory::watched`]).
+    pub watched: usize,
+    /// Operations completed by an event, or at once as they came.
+    pub completed: u64,
+    /// Operations that expired.
+    pub expired: u64,
+    /// Purges of the watcher lists, by themselves or by [`Purgatory::purge`].
+    pub purges: u64,
+}
+
+impl PurgatoryCounts {
+    /// Each count with its field's name, in the order of the fields, as
+    /// [`Counts::named`](crate::Counts::named) gives a timer's. `delayed` and `watched`
+    /// are levels; the others only grow.
+    ///
+    /// ```
+    /// use shardwheel::purgatory::PurgatoryCounts;
+    ///
+    /// let named = PurgatoryCounts::default().named();
+    /// assert_eq!(named[0], ("delayed", 0));
+    /// ```
+    pub fn named(&self) -> [(&'static str, u64); 5] {
+        [
+            ("delayed", self.delayed as u64),
+            ("watched", self.watched as u64),
+            ("completed", self.completed),
+            ("expired", self.expired),
+            ("purges", self.purges),
+        ]
+    }
+
+    /// Whether the count named `name` (by [`named`](Self::named)) is a level (`delayed`,
+    /// `watched`) rather than a total.
+    ///
+    /// ```
+    /// use shardwheel::purgatory::PurgatoryCounts;
+    ///
+    /// assert!(PurgatoryCounts::is_level("watched"));
+    /// assert!(!PurgatoryCounts::is_level("expired"));
+    /// ```
+    pub fn is_level(name: &str) -> bool {
+        matches!(name, "delayed" | "watched")
+    }
 }
 
 /// Watcher-list shards; a power of two.
@@ -109,6 +194,7 @@ impl<K: Hash + Eq, O: DelayedOperation> Watchers<K, O> {
 
     /// See [`Purgatory::purge`].
     fn purge(&self) {
+        self.counts.purges.fetch_add(1, Ordering::Relaxed);
         for shard in self.shards.iter() {
             let mut garbage = Vec::new();
             {
@@ -185,10 +271,12 @@ impl<K: Hash + Eq + Send + Sync + 'static, O: DelayedOperation> Purgatory<K, O> 
             hasher: RandomState::new(),
             completed_since_purge: AtomicUsize::new(0),
             purge_interval: purge_interval.max(1),
+            counts: Totals::default(),
         });
         let expired = Arc::clone(&watchers);
         let timer = builder.build_with(move |entry: Arc<Entry<O>>| {
             if entry.claim() {
+                expired.counts.expired.fetch_add(1, Ordering::Relaxed);
                 entry.op.on_complete();
                 entry.op.on_expiration();
                 expired.completed();
@@ -210,6 +298,7 @@ impl<K: Hash + Eq + Send + Sync + 'static, O: DelayedOperation> Purgatory<K, O> 
         keys: impl IntoIterator<Item = K>,
     ) -> Result<bool, ScheduleError<O>> {
         if op.try_complete() {
+            self.watchers.counts.completed.fetch_add(1, Ordering::Relaxed);
             op.on_complete();
             return Ok(true);
         }
@@ -261,6 +350,7 @@ impl<K: Hash + Eq + Send + Sync + 'static, O: DelayedOperation> Purgatory<K, O> 
         if let Some(&handle) = entry.timer.get() {
             self.timer.cancel(handle);
         }
+        self.watchers.counts.completed.fetch_add(1, Ordering::Relaxed);
         entry.op.on_complete();
         self.watchers.completed();
         true
@@ -352,6 +442,49 @@ impl<K: Hash + Eq + Send + Sync + 'static, O: DelayedOperation> Purgatory<K, O> 
                 lists.values().map(Vec::len).sum::<usize>()
             })
             .sum()
+    }
+
+    /// The purgatory's counts (see [`PurgatoryCounts`]). Reading `watched` takes each
+    /// watcher-list lock briefly.
+    pub fn counts(&self) -> PurgatoryCounts {
+        let totals = &self.watchers.counts;
+        PurgatoryCounts {
+            delayed: self.delayed(),
+            watched: self.watched(),
+            completed: totals.completed.load(Ordering::Relaxed),
+            expired: totals.expired.load(Ordering::Relaxed),
+            purges: totals.purges.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Sets the `metrics` facade's metrics to the purgatory's counts, labelled `purgatory`
+    /// (with `name`): counters `shardwheel_purgatory_completed_total`, `_expired_total`
+    /// and `_purges_total`, gauges `shardwheel_purgatory_delayed` and
+    /// `shardwheel_purgatory_watched` (see [`PurgatoryCounts`]); and its timer's, as
+    /// [`Timer::record_metrics`] sets them, labelled `timer` (with `name`). Call it
+    /// periodically or before each scrape.
+    ///
+    /// ```
+    /// use shardwheel::purgatory::{DelayedOperation, Purgatory};
+    /// use std::time::Duration;
+    ///
+    /// struct Fetch;
+    /// impl DelayedOperation for Fetch {
+    ///     fn delay(&self) -> Duration { Duration::from_millis(500) }
+    ///     fn try_complete(&self) -> bool { false }
+    ///     fn on_complete(&self) {}
+    /// }
+    ///
+    /// let purgatory = Purgatory::new(shardwheel::Timer::builder().shards(1).manual()).unwrap();
+    /// purgatory.try_complete_else_watch(Fetch, ["topic-0"]).unwrap();
+    /// purgatory.record_metrics("fetch"); // no recorder installed here: nothing is recorded
+    /// ```
+    #[cfg(feature = "metrics")]
+    pub fn record_metrics(&self, name: &str) {
+        let labels = [("purgatory", name.to_owned())];
+        let counts = self.counts();
+        crate::observe::record_named("shardwheel_purgatory", counts.named(), PurgatoryCounts::is_level, &labels);
+        self.timer.record_metrics(name);
     }
 
     /// Stops the timer and hands back the operations still waiting, neither completed nor

@@ -150,6 +150,12 @@ impl<T: Send + 'static> Scheduler<T> {
         self.clock.deadline_at(instant)
     }
 
+    /// The deadline at which a timer due at `deadline`, with `slack` nanoseconds of
+    /// tolerance, is scheduled (see `clock::within`).
+    pub(crate) fn within(&self, deadline: u64, slack: u64) -> u64 {
+        clock::within(deadline, slack, self.clock.tick_nanos())
+    }
+
     /// Schedules `payload` at `deadline` on this thread's shard.
     pub(crate) fn insert_due(
         &self,

@@ -164,6 +164,8 @@ struct Armed {
 pub struct Sleep {
     engine: EngineRef,
     due: Deadline,
+    /// How late its timer may fire, in nanoseconds, to share a wake-up (see `slack`).
+    slack: u64,
     armed: Option<Armed>,
 }
 
@@ -189,8 +191,15 @@ impl Sleep {
         Sleep {
             engine,
             due,
+            slack: 0,
             armed: None,
         }
+    }
+
+    /// The same sleep, its timer allowed to fire up to `slack` after its deadline.
+    pub(crate) fn within(mut self, slack: Duration) -> Self {
+        self.slack = crate::clock::nanos(slack);
+        self
     }
 
     /// The deadline: `None` for a [`Timer::sleep`] not yet polled (its delay counts from
@@ -233,7 +242,9 @@ impl Sleep {
             // needs no timer: the next poll finds it passed.
             if deadline > scheduler.now()
                 && armed.shared.is_waiting()
-                && scheduler.reset_due(armed.handle, deadline).is_ok()
+                && scheduler
+                    .reset_due(armed.handle, scheduler.within(deadline, self.slack))
+                    .is_ok()
             {
                 return;
             }
@@ -305,7 +316,7 @@ impl Future for Sleep {
         // Before the timer exists, so that its fire finds the waker.
         shared.waker.register(cx.waker());
         let alarm = Alarm(Arc::clone(&shared));
-        match scheduler.insert_due(deadline, Callback::wake(alarm)) {
+        match scheduler.insert_due(scheduler.within(deadline, this.slack), Callback::wake(alarm)) {
             Ok(handle) => {
                 this.armed = Some(Armed { handle, shared });
                 Poll::Pending

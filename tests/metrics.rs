@@ -100,3 +100,60 @@ fn a_recorder_sees_the_counts_and_the_lateness_of_each_shard() {
     metrics::with_local_recorder(&recorder, || timer.record_metrics("jobs"));
     assert_eq!(total(&recorded(&recorder), "shardwheel_fired_total"), 11.0);
 }
+
+/// Never completes by itself: it expires, unless its key's event finds it ready.
+struct Fetch(bool);
+
+impl shardwheel::purgatory::DelayedOperation for Fetch {
+    fn delay(&self) -> Duration {
+        Duration::from_millis(10)
+    }
+
+    fn try_complete(&self) -> bool {
+        self.0
+    }
+
+    fn on_complete(&self) {}
+}
+
+#[test]
+fn a_recorder_sees_the_purgatorys_counts_and_its_timers() {
+    use shardwheel::purgatory::Purgatory;
+
+    let recorder = DebuggingRecorder::new();
+    let builder = shardwheel::Timer::builder().manual().shards(1);
+    let purgatory: Purgatory<&str, Fetch> = Purgatory::new(builder).unwrap();
+    purgatory
+        .try_complete_else_watch(Fetch(true), ["a"])
+        .unwrap();
+    purgatory
+        .try_complete_else_watch(Fetch(false), ["a"])
+        .unwrap();
+    purgatory
+        .try_complete_else_watch(Fetch(false), ["b"])
+        .unwrap();
+    purgatory.advance(Duration::from_millis(10)).unwrap();
+    purgatory
+        .try_complete_else_watch(Fetch(false), ["c"])
+        .unwrap();
+
+    metrics::with_local_recorder(&recorder, || purgatory.record_metrics("jobs"));
+    let metrics = recorded(&recorder);
+    let value = |name: &str| {
+        let samples: Vec<f64> = metrics
+            .iter()
+            .filter(|sample| sample.name == name && sample.has("purgatory", "jobs"))
+            .map(|sample| sample.value)
+            .collect();
+        assert_eq!(samples.len(), 1, "{name}: one series");
+        samples[0]
+    };
+    assert_eq!(value("shardwheel_purgatory_completed_total"), 1.0);
+    assert_eq!(value("shardwheel_purgatory_expired_total"), 2.0);
+    assert_eq!(value("shardwheel_purgatory_delayed"), 1.0);
+    assert_eq!(value("shardwheel_purgatory_watched"), 3.0);
+    assert_eq!(value("shardwheel_purgatory_purges_total"), 0.0);
+    // Its timer's, as a timer's: three timers scheduled (one completed at once needs none).
+    assert_eq!(total(&metrics, "shardwheel_scheduled_total"), 3.0);
+    assert_eq!(total(&metrics, "shardwheel_fired_total"), 2.0);
+}

@@ -285,3 +285,50 @@ fn a_purgatory_runs_on_a_manual_timer() {
     assert_eq!(Ledger::count(&ledger.expirations), 2);
     assert_eq!(purgatory.delayed(), 0);
 }
+
+/// Op `id` of `ledger`, due to expire in `delay_ms`, ready to complete if `ready`.
+fn op(ledger: &Arc<Ledger>, id: usize, delay_ms: u64, ready: bool) -> Op {
+    ledger.ready[id].store(ready, Ordering::SeqCst);
+    Op {
+        id,
+        delay: Duration::from_millis(delay_ms),
+        ledger: Arc::clone(ledger),
+    }
+}
+
+#[test]
+fn the_counts_tell_completions_expiries_purges_and_what_is_held() {
+    let ledger = Ledger::new(6);
+    let purgatory: Purgatory<u32, Op> =
+        Purgatory::with_purge_interval(Timer::builder().shards(1).manual(), 1_000).unwrap();
+    assert!(
+        purgatory
+            .try_complete_else_watch(op(&ledger, 0, 10, true), [1])
+            .unwrap()
+    );
+    for id in 1..6 {
+        let watched =
+            purgatory.try_complete_else_watch(op(&ledger, id, 10 * id as u64, false), [1, 2]);
+        assert!(!watched.unwrap());
+    }
+    let counts = purgatory.counts();
+    assert_eq!((counts.delayed, counts.watched), (5, 10));
+    assert_eq!((counts.completed, counts.expired, counts.purges), (1, 0, 0));
+
+    for id in [1, 2] {
+        ledger.ready[id].store(true, Ordering::SeqCst);
+    }
+    assert_eq!(purgatory.check_and_complete(&1), 2);
+    purgatory.advance(Duration::from_millis(40)).unwrap(); // 3 and 4 expire
+    let counts = purgatory.counts();
+    assert_eq!(
+        (counts.completed, counts.expired, counts.delayed),
+        (3, 2, 1)
+    );
+    // Key 1's list lost the two completed; key 2's holds them all until a purge.
+    assert_eq!(counts.watched, 3 + 5);
+    purgatory.purge();
+    let counts = purgatory.counts();
+    assert_eq!((counts.watched, counts.purges), (2, 1));
+    assert_eq!(Ledger::count(&ledger.completions), 5);
+}

@@ -31,6 +31,7 @@ mod wind_up;
 use crate::bound::Bound;
 use crate::clock;
 use crate::inbox::{Closed, Inbox};
+use crate::observe;
 use crate::slots::{
     self, CANCELLED, FIRING, FLAGS, Freed, PENDING, Pin, QUEUED, RESETTING, STAGED, Slot, Slots,
 };
@@ -464,6 +465,15 @@ impl<T> Shard<T> {
             .resets
             .fetch_add(u64::from(reset), Ordering::Relaxed);
         reset
+    }
+
+    /// A pass's last step: gives memory back after a spike (see `slots`), and says
+    /// whether there is more to do soon. What it gives back is traced.
+    fn shrink(&self, freed: &mut Freed) -> bool {
+        let before = self.slots.claimed();
+        let more = self.slots.shrink(freed, self.pending());
+        observe::gave_back(before, self.slots.claimed());
+        more
     }
 
     /// Asks the reaper to stop; `run` then returns the unfired payloads.

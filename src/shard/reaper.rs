@@ -20,13 +20,16 @@ impl<T> Shard<T> {
         self.register_reaper();
         let mut due = Due::new();
         loop {
+            // Looked at before the pass, so that the last pass starts after the stop and
+            // fires what was due by then (a drain counts on it). Relaxed: the flag carries
+            // no data; `may_sleep` orders the last look.
+            let stopping = self.stopping.load(Ordering::Relaxed);
             let now = clock.now();
             // While cancels keep coming, the reaper wakes every `TIDY_INTERVAL` to free
             // them in batches, and cancellers leave it be; once a pass finds none, it
             // sleeps until its next deadline, and the next cancel wakes it.
             let tidying = self.pass(&mut due, now, &|| clock.elapsed(), handler);
-            // Relaxed: the flag carries no data; `may_sleep` orders the last look.
-            if self.stopping.load(Ordering::Relaxed) {
+            if stopping {
                 break;
             }
             if due.wheel.next_deadline().is_some_and(|tick| tick <= now) {
@@ -127,8 +130,7 @@ impl<T> Shard<T> {
         let arrived = arrived + self.collect_stages(due, &mut freed, elapsed(), &mut catch_up);
         catch_up(due, &mut freed);
         self.slots.recycle(&mut freed);
-        // Both, every pass: `|` rather than `||`.
-        due.shrinking = self.slots.shrink(&mut freed, self.pending());
+        due.shrinking = self.shrink(&mut freed);
         due.freed = freed;
         let mut stats = self.reaper_stats();
         stats.pass(arrived, changed);

@@ -8,6 +8,7 @@ use crate::clock::Clock;
 use crate::due::Due;
 use crate::error::BuildError;
 use crate::handle::SHARD_BITS;
+use crate::observe;
 use crate::scheduler::{self, Scheduler};
 use crate::shard::Shard;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -308,7 +309,10 @@ impl Builder {
                     // A callback that schedules (a periodic run rescheduling itself) does
                     // so on this reaper's own shard, and takes no producer's turn.
                     scheduler::keep_to_shard(index);
-                    shards[index].run(&clock, &*handler)
+                    observe::reaper_started(index);
+                    let unfired = shards[index].run(&clock, &*handler);
+                    observe::reaper_stopped(index, unfired.len());
+                    unfired
                 });
             match reaper {
                 Ok(handle) => reapers.push(handle),
@@ -323,7 +327,7 @@ impl Builder {
             Driver::Reapers(Mutex::new(reapers)),
         );
         match failure {
-            // Dropping `timer` stops and joins the reapers already started.
+            // Dropping `timer` stops the reapers already started.
             Some(error) => Err(BuildError::Thread(error)),
             None => Ok(timer),
         }

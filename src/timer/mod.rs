@@ -6,9 +6,11 @@
 //! handle names its shard.
 //!
 //! The `Builder`, which checks a configuration and starts the reapers, is in `builder`; the
-//! manual driver (`advance`, for tests) in `manual`.
+//! manual driver (`advance`, for tests) in `manual`; the graceful shutdown (`drain`) in
+//! `drain`.
 
 mod builder;
+mod drain;
 mod manual;
 
 pub use builder::Builder;
@@ -48,7 +50,8 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// `Timer` (that is, `Timer<Callback>`) runs boxed callbacks:
 /// [`schedule`](Self::schedule) returns a [`TimerHandle`]; [`cancel`](Self::cancel) and
 /// [`reset`](Self::reset) take it, from any thread, in O(1). [`shutdown`](Self::shutdown)
-/// (or dropping the timer) stops the reapers and hands back the callbacks that had not run.
+/// stops the reapers and hands back the callbacks that had not run; [`drain`](Self::drain)
+/// first lets what comes due within a bound fire.
 /// `Timer<T>`, made by [`Builder::build_with`], carries a payload `T` per timer instead and
 /// runs one handler for all of them; [`insert`](Self::insert) schedules one.
 ///
@@ -66,6 +69,17 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// cancelled soon after they are made; cancelled by their own thread while they wait,
 /// they cost no work on the reaper and no cache line shared with it. A thread that exits
 /// leaves its batch to the reaper.
+///
+/// # Shutdown
+///
+/// [`shutdown`](Self::shutdown) and [`drain`](Self::drain) join the reapers and hand back
+/// what had not fired. Dropping the last clone (or the last [`Sleep`](crate::Sleep), which
+/// holds one) stops the reapers without waiting for them, so that a drop inside async code
+/// blocks its executor thread no longer than it takes to wake each reaper: each reaper
+/// finishes the callback it may be running, fires what is due, and drops the payloads it
+/// had left, on its own thread, after the drop returned (a process that exits meanwhile
+/// does not run those payloads' destructors). Shut down or drain first to wait for that,
+/// or to have the payloads back.
 ///
 /// # Memory
 ///
@@ -422,13 +436,15 @@ impl<T: Send + 'static> Timer<T> {
     /// Stops every reaper and returns the payloads (callbacks) of the timers that had not
     /// fired, unrun. Scheduling afterwards fails with [`ScheduleError::Shutdown`]. Calling
     /// it again returns nothing more. It shuts down the engine every clone of this timer
-    /// shares; dropping the last clone shuts it down too, and drops them.
+    /// shares; dropping the last clone shuts it down too, without waiting (see
+    /// "Shutdown" in the type's docs). Each reaper fires what is due when it stops first;
+    /// [`drain`](Self::drain) waits for what comes due within a bound.
     ///
     /// Called on one of the timer's own reapers (a callback that shuts the timer down, or
     /// drops the last `Arc` of a service that owns it), it joins the other reapers but not
     /// that one, which is busy running the callback: that reaper winds its shard up once
-    /// the callback returns (timers of its shard already due in the same pass may still
-    /// fire first), drops the payloads it had left, and ends. Those payloads are not in
+    /// the callback returns (timers of its shard due by then may still fire first), drops
+    /// the payloads it had left, and ends. Those payloads are not in
     /// the returned `Vec`. A manual timer shut down from a callback inside
     /// [`advance`](Self::advance) likewise winds up when `advance` has run its passes, and
     /// drops what had not run.
@@ -456,11 +472,17 @@ impl<T: Send + 'static> Timer<T> {
 }
 
 impl<T: Send + 'static> Engine<T> {
-    /// See [`Timer::shutdown`].
-    fn shutdown(&self) -> Vec<T> {
+    /// Asks every reaper to stop: each makes one more pass, which fires what is due by
+    /// then, and winds its shard up.
+    fn stop(&self) {
         for shard in self.scheduler.shards().iter() {
             shard.stop();
         }
+    }
+
+    /// See [`Timer::shutdown`].
+    fn shutdown(&self) -> Vec<T> {
+        self.stop();
         match &self.driver {
             Driver::Reapers(reapers) => {
                 let reapers = std::mem::take(&mut *lock(reapers));
@@ -478,11 +500,30 @@ impl<T: Send + 'static> Engine<T> {
             Driver::Manual(state) => Timer::wind_up(&self.scheduler, lock(state).take()),
         }
     }
+
+    /// Whether the calling thread is one of this engine's reapers (in a callback).
+    fn on_own_reaper(&self) -> bool {
+        let me = std::thread::current().id();
+        match &self.driver {
+            Driver::Reapers(reapers) => lock(reapers).iter().any(|r| r.thread().id() == me),
+            Driver::Manual(_) => false,
+        }
+    }
 }
 
+/// The last clone's drop stops the reapers without waiting for them: each winds its shard
+/// up on its own thread and drops the payloads it had left there (see [`Timer`]'s
+/// "Shutdown"). A manual timer's are dropped on the calling thread.
 impl<T: Send + 'static> Drop for Engine<T> {
     fn drop(&mut self) {
-        drop(self.shutdown());
+        match &self.driver {
+            Driver::Reapers(reapers) => {
+                self.stop();
+                // Detached: the threads end on their own once wound up.
+                drop(std::mem::take(&mut *lock(reapers)));
+            }
+            Driver::Manual(_) => drop(self.shutdown()),
+        }
     }
 }
 

@@ -1,0 +1,214 @@
+//! W3 (request timeouts from T threads, 90 % cancelled) for `bench engine`: shardwheel
+//! against tokio's timers, with and without lateness recording and exact deadlines; and
+//! `W3-slack`, W3 with exact deadlines against a 10 ms slack per timer
+//! (`Timer::schedule_at_within`), in the same run: reaper passes (wake-ups, and passes made
+//! without sleeping) and the CPU time not spent by the producers (the reapers'), each per
+//! second of the round, from the timer's counts and `getrusage`.
+
+use super::{Engine, Probe, Run, Shardwheel, TokioSleep, lateness_fields, take_turns};
+use crate::common::{SplitMix64, median};
+use std::sync::atomic::Ordering::Relaxed;
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// W3's window per round, and rounds per implementation (they take turns).
+const W3_WINDOW: Duration = Duration::from_secs(1);
+const W3_ROUNDS: usize = 5;
+/// Timers waiting to be cancelled, per producer: a new one replaces a random one, which is
+/// cancelled, so each lives a random ~1,000 operations (a millisecond or less).
+const W3_RING: usize = 1024;
+
+/// One W3 round's counts.
+#[derive(Default)]
+struct W3Round {
+    ops: usize,
+    scheduled: usize,
+    cancelled: usize,
+    /// The window, and the time it took the engine to catch up after it.
+    elapsed: Duration,
+    /// The producer thread's CPU time.
+    cpu: Duration,
+}
+
+/// One W3 round's figures: operations per second, and the engine's reaper passes and the
+/// CPU time that is not the producers' (its reapers', as the main thread waits), over the
+/// round, where the engine can count passes.
+struct W3Figures {
+    rate: f64,
+    passes: Option<u64>,
+    reaper_cpu: Duration,
+    elapsed: Duration,
+}
+
+/// One W3 round with `threads` producers for `W3_WINDOW`: returns operations per second,
+/// counting the time the engine needs to catch up after the window (its reapers may lag),
+/// after checking that every timer is accounted for (where the engine can tell).
+fn w3_round<E: Engine>(threads: usize, probe: &'static Probe) -> f64 {
+    w3_measured::<E>(threads, probe).rate
+}
+
+/// `w3_round`, with the reapers' passes and CPU time.
+fn w3_measured<E: Engine>(threads: usize, probe: &'static Probe) -> W3Figures {
+    let engine = E::start();
+    let (passes_before, cpu_before) = (engine.passes(), cpu(libc::RUSAGE_SELF));
+    let fired_before = probe.fired.load(Relaxed) + probe.unexpected.load(Relaxed);
+    let rounds: Vec<W3Round> = thread::scope(|s| {
+        let producers: Vec<_> = (0..threads)
+            .map(|t| {
+                let engine = &engine;
+                s.spawn(move || engine.enter(|| w3_producer(engine, t, probe)))
+            })
+            .collect();
+        producers.into_iter().map(|p| p.join().unwrap()).collect()
+    });
+    let ops: usize = rounds.iter().map(|r| r.ops).sum();
+    let scheduled: usize = rounds.iter().map(|r| r.scheduled).sum();
+    let cancelled: usize = rounds.iter().map(|r| r.cancelled).sum();
+    let producers_cpu: Duration = rounds.iter().map(|r| r.cpu).sum();
+    let reaper_cpu = (cpu(libc::RUSAGE_SELF) - cpu_before).saturating_sub(producers_cpu);
+    let passes = engine
+        .passes()
+        .zip(passes_before)
+        .map(|(after, before)| after - before);
+    if let Some(handed_back) = engine.stop() {
+        // The probe counts over all rounds; this engine's reapers have all stopped.
+        let fired = probe.fired.load(Relaxed) + probe.unexpected.load(Relaxed) - fired_before;
+        assert_eq!(
+            fired + cancelled + handed_back,
+            scheduled,
+            "{}: timers lost or run twice (fired counts the requests that timed out)",
+            E::NAME
+        );
+    }
+    let elapsed = rounds.iter().map(|r| r.elapsed).max().unwrap_or(W3_WINDOW);
+    W3Figures {
+        rate: ops as f64 / elapsed.as_secs_f64(),
+        passes,
+        reaper_cpu,
+        elapsed,
+    }
+}
+
+fn w3_producer<E: Engine>(engine: &E, thread: usize, probe: &'static Probe) -> W3Round {
+    let mut rng = SplitMix64(42 + thread as u64);
+    let mut ring: Vec<Option<E::Armed>> = (0..W3_RING).map(|_| None).collect();
+    let mut round = W3Round::default();
+    let (start, cpu_start) = (Instant::now(), cpu(libc::RUSAGE_THREAD));
+    while start.elapsed() < W3_WINDOW {
+        for _ in 0..256 {
+            let deadline = Instant::now() + Duration::from_millis(rng.between(100, 10_000));
+            round.scheduled += 1;
+            round.ops += 1;
+            if rng.between(0, 9) == 0 {
+                engine.fire_at(deadline, probe);
+                continue;
+            }
+            let at = rng.between(0, W3_RING as u64 - 1) as usize;
+            if let Some(old) = ring[at].replace(engine.arm(deadline, probe)) {
+                // False only if the request outlived its timeout: a producer stalled for
+                // 100 ms (it then ran as a timeout; counted in the probe's `unexpected`).
+                round.cancelled += usize::from(engine.cancel(old));
+                round.ops += 1;
+            }
+        }
+    }
+    // The requests still waiting finish too (before any can come due).
+    for armed in ring.into_iter().flatten() {
+        round.cancelled += usize::from(engine.cancel(armed));
+        round.ops += 1;
+    }
+    // The engine may have taken work in faster than its reaper did it: a timer due now,
+    // on this producer's shard, fires only once the reaper has caught up with it all.
+    let caught_up = Probe::leak();
+    engine.fire_at(Instant::now(), caught_up);
+    assert!(caught_up.wait_for(1, Duration::from_secs(60)));
+    round.elapsed = start.elapsed();
+    round.cpu = cpu(libc::RUSAGE_THREAD) - cpu_start;
+    round
+}
+
+pub(super) fn w3() {
+    type Rounded = Shardwheel<true, false>;
+    let runs: [Run; 4] = [
+        (Shardwheel::<true>::NAME, w3_round::<Shardwheel<true>>),
+        (Shardwheel::<false>::NAME, w3_round::<Shardwheel<false>>),
+        (TokioSleep::NAME, w3_round::<TokioSleep>),
+        (Rounded::NAME, w3_round::<Rounded>),
+    ];
+    for threads in [1, 2] {
+        let probes = runs.map(|_| Probe::leak());
+        let rates = take_turns(W3_ROUNDS, runs.map(|run| run.1), threads, probes);
+        for ((name, _), (rates, probe)) in runs.iter().zip(rates.iter().zip(probes)) {
+            let lateness = probe.sorted_lateness();
+            println!(
+                "RESULT W3 T={threads} {name} ops_per_s={:.0} {} fired={} early={} timed_out={}",
+                median(rates.clone()),
+                lateness_fields(
+                    &lateness,
+                    &[("p50", 0.5), ("p90", 0.9), ("p99", 0.99), ("max", 1.0)]
+                ),
+                lateness.len(),
+                probe.early.load(Relaxed),
+                probe.unexpected.load(Relaxed),
+            );
+        }
+        let paired = |a: &[f64], b: &[f64]| median(a.iter().zip(b).map(|(a, b)| a / b).collect());
+        println!(
+            "RESULT W3 T={threads} shardwheel vs_tokio-sleep={:.2} lateness_recording_cost_pct={:.1} exact_deadlines_cost_pct={:.1}",
+            paired(&rates[0], &rates[2]),
+            100.0 * (1.0 - paired(&rates[0], &rates[1])),
+            100.0 * (1.0 - paired(&rates[0], &rates[3])),
+        );
+    }
+}
+
+/// CPU time used by `who` (`RUSAGE_SELF`: the process; `RUSAGE_THREAD`: the calling
+/// thread), user and system, from `getrusage`.
+fn cpu(who: libc::c_int) -> Duration {
+    // SAFETY: `getrusage` writes a `rusage` into the zeroed one it is given, nothing else.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        libc::getrusage(who, &mut usage);
+        usage
+    };
+    let time = |t: libc::timeval| {
+        Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64)
+    };
+    time(usage.ru_utime) + time(usage.ru_stime)
+}
+
+/// W3-slack: W3's producers on a timer with exact deadlines and on one whose timers each
+/// have 10 ms of slack, taking turns in one run.
+pub(super) fn w3_slack() {
+    type Slack = Shardwheel<true, true, 1000, 0, 10>;
+    let runs: [Run<W3Figures>; 2] = [
+        (Shardwheel::<true>::NAME, w3_measured::<Shardwheel<true>>),
+        (Slack::NAME, w3_measured::<Slack>),
+    ];
+    for threads in [1, 2] {
+        let probes = runs.map(|_| Probe::leak());
+        let figures = take_turns(W3_ROUNDS, runs.map(|run| run.1), threads, probes);
+        let per_second = |figures: &[W3Figures], of: fn(&W3Figures) -> f64| {
+            median(
+                figures
+                    .iter()
+                    .map(|f| of(f) / f.elapsed.as_secs_f64())
+                    .collect(),
+            )
+        };
+        let passes = |f: &W3Figures| f.passes.unwrap_or(0) as f64;
+        let cpu_ms = |f: &W3Figures| f.reaper_cpu.as_secs_f64() * 1e3;
+        for ((name, _), (figures, probe)) in runs.iter().zip(figures.iter().zip(probes)) {
+            let lateness = probe.sorted_lateness();
+            println!(
+                "RESULT W3-slack T={threads} {name} ops_per_s={:.0} passes_per_s={:.0} reaper_cpu_ms_per_s={:.1} {} fired={} early={}",
+                median(figures.iter().map(|f| f.rate).collect()),
+                per_second(figures, passes),
+                per_second(figures, cpu_ms),
+                lateness_fields(&lateness, &[("p50", 0.5), ("p99", 0.99), ("max", 1.0)]),
+                lateness.len(),
+                probe.early.load(Relaxed),
+            );
+        }
+    }
+}
