@@ -6,7 +6,7 @@ use std::time::Duration;
 use redis::Value;
 
 use crate::job::{Cancelled, JobState, Rescheduled, When};
-use crate::keys::{ShardKeys, hash, shard_of};
+use crate::keys::{ShardKeys, bucket_of, hash, shard_of};
 use crate::queue::Queue;
 use crate::scripts::SCRIPTS;
 
@@ -59,7 +59,8 @@ async fn settle(
     let mut invocation = keys.invoke(&SCRIPTS.settle, queue.shards(), queue.buckets());
     invocation.arg(max_attempts).arg(1000).arg(60_000);
     for (id, token, action) in triples {
-        invocation.arg(*id).arg(*token).arg(*action);
+        let bucket = bucket_of(id.as_bytes(), queue.shards(), queue.buckets());
+        invocation.arg(*id).arg(*token).arg(*action).arg(bucket);
     }
     invocation.invoke_async(&mut queue.conn()).await.unwrap()
 }
@@ -252,6 +253,13 @@ async fn settle_is_fenced_by_the_token_and_retries_then_dead_letters() {
     assert_eq!(settle(&queue, sa, 2, &[("a", token_a, "a")]).await, vec![1]);
     assert_eq!(settle(&queue, sa, 2, &[("a", token_a, "a")]).await, vec![0]);
     assert_eq!(queue.status("a").await.unwrap(), None);
+    // The ack removed its payload field (in the hash the client named): the id is free.
+    assert!(
+        queue
+            .schedule("a", Duration::from_secs(60), b"x")
+            .await
+            .unwrap()
+    );
     // b fails: retried with backoff (1 s base), then dead after 2 attempts.
     let (_, jobs, _) = claim(&queue, sb, 0, 30_000, 10, 2).await;
     let token_b = jobs.iter().find(|j| j.0 == "b").unwrap().2;
