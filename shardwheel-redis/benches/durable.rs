@@ -13,8 +13,8 @@
 //! (default: the crate's, 10 s). `DURABLE_SCALE=0.1` runs a tenth of the jobs (and D1 over
 //! a tenth of its 60 s span, at least 6 s) for a quick check; the figures to report come
 //! from the default, 1. `DURABLE_COMMANDSTATS=1` prints the server's command statistics
-//! after each workload. Notes give each side's CPU time while scheduling, to show where
-//! the time went.
+//! after each workload (and D1's for its scheduling phase alone). Notes give each side's
+//! CPU time while scheduling, to show where the time went.
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -75,6 +75,9 @@ struct Tally {
     distinct: AtomicU64,
     first: AtomicU64,
     last: AtomicU64,
+    /// The earliest and latest due time (Unix µs) of the deliveries.
+    due_first: AtomicU64,
+    due_last: AtomicU64,
 }
 
 impl Tally {
@@ -89,6 +92,8 @@ impl Tally {
             distinct: AtomicU64::new(0),
             first: AtomicU64::new(u64::MAX),
             last: AtomicU64::new(0),
+            due_first: AtomicU64::new(u64::MAX),
+            due_last: AtomicU64::new(0),
         })
     }
 
@@ -111,6 +116,19 @@ impl Tally {
         self.delivered.fetch_add(1, Ordering::Relaxed);
         self.first.fetch_min(now_us, Ordering::Relaxed);
         self.last.fetch_max(now_us, Ordering::Relaxed);
+        self.due_first.fetch_min(due_us, Ordering::Relaxed);
+        self.due_last.fetch_max(due_us, Ordering::Relaxed);
+    }
+
+    /// The rate at which the delivered jobs came due: their count over the span of their due
+    /// times. No consumer can deliver on time faster than this.
+    fn due_per_s(&self) -> f64 {
+        let span = self
+            .due_last
+            .load(Ordering::Relaxed)
+            .saturating_sub(self.due_first.load(Ordering::Relaxed)) as f64
+            / 1e6;
+        self.distinct.load(Ordering::Relaxed) as f64 / span.max(1e-9)
     }
 
     fn lost_twice(&self) -> (usize, usize) {
@@ -187,6 +205,16 @@ async fn cpu_seconds(url: &str) -> (f64, f64) {
         (ticks(11) + ticks(12)) / 100.0,
         field(&cpu, "used_cpu_sys") + field(&cpu, "used_cpu_user"),
     )
+}
+
+/// Zeroes the server's command statistics (`CONFIG RESETSTAT`), so that those printed
+/// next cover one phase.
+async fn reset_stats(url: &str) {
+    redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async::<()>(&mut raw_conn(url).await)
+        .await
+        .unwrap();
 }
 
 async fn raw_conn(url: &str) -> redis::aio::MultiplexedConnection {
@@ -466,9 +494,20 @@ async fn d1(scale: f64) {
         let server = support::Server::start();
         let tally = Tally::new(n);
         let consumers = Consumers::start(name, &server, "d1", &tally).await;
+        let stats = std::env::var_os("DURABLE_COMMANDSTATS").is_some();
+        if stats {
+            reset_stats(&server.url()).await;
+        }
         let cpu_before = cpu_seconds(&server.url()).await;
         let schedule_s = produce(name, &server, "d1", &delays, None).await;
         let cpu_after = cpu_seconds(&server.url()).await;
+        if stats {
+            let mut conn = raw_conn(&server.url()).await;
+            println!(
+                "note D1 {name}: the server's command statistics while scheduling:\n{}",
+                info(&mut conn, "commandstats").await
+            );
+        }
         println!(
             "note D1 {name}: while scheduling ({schedule_s:.1} s, load {}), this process used {:.1} CPU s and redis-server {:.1}",
             loadavg(),
@@ -483,6 +522,10 @@ async fn d1(scale: f64) {
             format!("schedule_per_s={:.0}", n as f64 / schedule_s)
         })
         .await;
+        println!(
+            "note D1 {name}: its jobs came due at {:.0} per second (their count over the span of their due times), which bounds deliver_per_s",
+            tally.due_per_s()
+        );
         let quiet = tally.late_quiet.lock().unwrap().clone();
         println!(
             "note D1 {name}: the {} jobs due after scheduling ended: {}",
@@ -491,6 +534,77 @@ async fn d1(scale: f64) {
         );
         server_note(&server.url(), &format!("D1 {name}")).await;
     }
+    if implementations().contains(&"shardwheel-redis") {
+        let (rate, cpu_us) = floor(&delays).await;
+        println!(
+            "note D1 floor: the same jobs through a script doing only HSET and ZADD per job, no workers (load {}): {rate:.0} per second, redis-server {cpu_us:.2} us CPU per job",
+            loadavg()
+        );
+    }
+}
+
+/// The least a durable schedule can ask of Redis, for comparison with D1: the same jobs,
+/// clients and batches through a script that only stores each payload (`HSET` into one of
+/// 1,024 small hashes per shard) and inserts its due time by the server's `TIME` (one
+/// variadic `ZADD` per call), with no idempotency check, no hint and no workers running.
+const FLOOR_SCRIPT: &str = r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local zadd = {}
+for i = 1, #ARGV, 3 do
+  redis.call('HSET', KEYS[1] .. ':j:' .. ARGV[i + 2], ARGV[i], '0123456789abcdef')
+  zadd[#zadd + 1] = now + ARGV[i + 1]
+  zadd[#zadd + 1] = ARGV[i]
+end
+if #zadd > 0 then redis.call('ZADD', KEYS[1] .. ':due', unpack(zadd)) end
+return #zadd / 2
+";
+
+/// Schedules `delays` with [`FLOOR_SCRIPT`] on a fresh server (16 shards, as the queue's
+/// default): returns (jobs per second, redis-server CPU µs per job).
+async fn floor(delays: &Arc<Vec<u64>>) -> (f64, f64) {
+    const SHARDS: usize = 16;
+    let server = support::Server::start();
+    let script = redis::Script::new(FLOOR_SCRIPT);
+    let cpu_before = cpu_seconds(&server.url()).await;
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for producer in 0..PRODUCERS {
+        let conn = raw_conn(&server.url()).await;
+        let delays = Arc::clone(delays);
+        let script = script.clone();
+        tasks.push(tokio::spawn(async move {
+            let indices: Vec<usize> = (producer..delays.len()).step_by(PRODUCERS).collect();
+            for chunk in indices.chunks(PRODUCER_BATCH) {
+                let mut calls = Vec::new();
+                for shard in 0..SHARDS {
+                    let mut invocation = script.prepare_invoke();
+                    invocation.key(format!("{{floor:{shard}}}"));
+                    let mut jobs: Vec<usize> = chunk
+                        .iter()
+                        .copied()
+                        .filter(|i| i % SHARDS == shard)
+                        .collect();
+                    jobs.sort_by_key(|&i| delays[i]);
+                    for i in jobs {
+                        invocation.arg(i).arg(delays[i]).arg((i / SHARDS) % 1024);
+                    }
+                    let mut conn = conn.clone();
+                    calls.push(async move { invocation.invoke_async::<u64>(&mut conn).await });
+                }
+                for outcome in futures_util::future::join_all(calls).await {
+                    outcome.unwrap();
+                }
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let seconds = start.elapsed().as_secs_f64();
+    let cpu_after = cpu_seconds(&server.url()).await;
+    let n = delays.len() as f64;
+    (n / seconds, (cpu_after.1 - cpu_before.1) * 1e6 / n)
 }
 
 async fn d2(scale: f64) {
