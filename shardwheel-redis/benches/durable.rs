@@ -23,6 +23,7 @@ use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use futures_util::StreamExt;
 use hdrhistogram::Histogram;
 use shardwheel_redis::{Job, Queue, When, Worker};
 
@@ -30,6 +31,9 @@ const PAYLOAD: &[u8; 16] = b"0123456789abcdef";
 const PRODUCERS: usize = 4;
 const WORKERS: usize = 2;
 const PRODUCER_BATCH: usize = 5_000;
+/// Batches each producer keeps in flight (pipelined on its connection), for both
+/// implementations: the server has the next batch while the reply to one travels back.
+const IN_FLIGHT: usize = 2;
 
 struct SplitMix64(u64);
 
@@ -242,20 +246,24 @@ async fn produce_shardwheel(
         let delays = Arc::clone(delays);
         tasks.push(tokio::spawn(async move {
             let indices: Vec<usize> = (producer..delays.len()).step_by(PRODUCERS).collect();
-            for chunk in indices.chunks(PRODUCER_BATCH) {
-                let ids: Vec<String> = chunk.iter().map(|i| i.to_string()).collect();
-                let jobs = ids.iter().zip(chunk).map(|(id, &i)| {
-                    let when = match at {
-                        Some(base) => {
-                            When::At(UNIX_EPOCH + Duration::from_millis(base + delays[i]))
-                        }
-                        None => When::After(Duration::from_millis(delays[i])),
-                    };
-                    (id.as_str(), when, &PAYLOAD[..])
-                });
-                let stored = queue.schedule_many(jobs).await.unwrap();
-                assert!(stored.iter().all(|&new| new));
-            }
+            let queue = &queue;
+            let delays = &delays;
+            futures_util::stream::iter(indices.chunks(PRODUCER_BATCH))
+                .for_each_concurrent(IN_FLIGHT, |chunk| async move {
+                    let ids: Vec<String> = chunk.iter().map(|i| i.to_string()).collect();
+                    let jobs = ids.iter().zip(chunk).map(|(id, &i)| {
+                        let when = match at {
+                            Some(base) => {
+                                When::At(UNIX_EPOCH + Duration::from_millis(base + delays[i]))
+                            }
+                            None => When::After(Duration::from_millis(delays[i])),
+                        };
+                        (id.as_str(), when, &PAYLOAD[..])
+                    });
+                    let stored = queue.schedule_many(jobs).await.unwrap();
+                    assert!(stored.iter().all(|&new| new));
+                })
+                .await;
         }));
     }
     for task in tasks {
@@ -327,23 +335,26 @@ async fn produce_naive(
     let start = Instant::now();
     let mut tasks = Vec::new();
     for producer in 0..PRODUCERS {
-        let mut conn = raw_conn(&server.url()).await;
+        let conn = raw_conn(&server.url()).await;
         let delays = Arc::clone(delays);
         let key = key.to_owned();
         tasks.push(tokio::spawn(async move {
             let indices: Vec<usize> = (producer..delays.len()).step_by(PRODUCERS).collect();
-            for chunk in indices.chunks(PRODUCER_BATCH) {
-                let base = at.unwrap_or_else(now_ms);
-                let mut pipe = redis::pipe();
-                for &i in chunk {
-                    // The payload rides in the member, as naive queues do.
-                    let mut member = i.to_string().into_bytes();
-                    member.push(b':');
-                    member.extend_from_slice(PAYLOAD);
-                    pipe.zadd(&key, member, base + delays[i]).ignore();
-                }
-                pipe.query_async::<()>(&mut conn).await.unwrap();
-            }
+            let (conn, delays, key) = (&conn, &delays, &key);
+            futures_util::stream::iter(indices.chunks(PRODUCER_BATCH))
+                .for_each_concurrent(IN_FLIGHT, |chunk| async move {
+                    let base = at.unwrap_or_else(now_ms);
+                    let mut pipe = redis::pipe();
+                    for &i in chunk {
+                        // The payload rides in the member, as naive queues do.
+                        let mut member = i.to_string().into_bytes();
+                        member.push(b':');
+                        member.extend_from_slice(PAYLOAD);
+                        pipe.zadd(key, member, base + delays[i]).ignore();
+                    }
+                    pipe.query_async::<()>(&mut conn.clone()).await.unwrap();
+                })
+                .await;
         }));
     }
     for task in tasks {
@@ -575,27 +586,30 @@ async fn floor(delays: &Arc<Vec<u64>>) -> (f64, f64) {
         let script = script.clone();
         tasks.push(tokio::spawn(async move {
             let indices: Vec<usize> = (producer..delays.len()).step_by(PRODUCERS).collect();
-            for chunk in indices.chunks(PRODUCER_BATCH) {
-                let mut calls = Vec::new();
-                for shard in 0..SHARDS {
-                    let mut invocation = script.prepare_invoke();
-                    invocation.key(format!("{{floor:{shard}}}"));
-                    let mut jobs: Vec<usize> = chunk
-                        .iter()
-                        .copied()
-                        .filter(|i| i % SHARDS == shard)
-                        .collect();
-                    jobs.sort_by_key(|&i| delays[i]);
-                    for i in jobs {
-                        invocation.arg(i).arg(delays[i]).arg((i / SHARDS) % 1024);
+            let (conn, script, delays) = (&conn, &script, &delays);
+            futures_util::stream::iter(indices.chunks(PRODUCER_BATCH))
+                .for_each_concurrent(IN_FLIGHT, |chunk| async move {
+                    let mut calls = Vec::new();
+                    for shard in 0..SHARDS {
+                        let mut invocation = script.prepare_invoke();
+                        invocation.key(format!("{{floor:{shard}}}"));
+                        let mut jobs: Vec<usize> = chunk
+                            .iter()
+                            .copied()
+                            .filter(|i| i % SHARDS == shard)
+                            .collect();
+                        jobs.sort_by_key(|&i| delays[i]);
+                        for i in jobs {
+                            invocation.arg(i).arg(delays[i]).arg((i / SHARDS) % 1024);
+                        }
+                        let mut conn = conn.clone();
+                        calls.push(async move { invocation.invoke_async::<u64>(&mut conn).await });
                     }
-                    let mut conn = conn.clone();
-                    calls.push(async move { invocation.invoke_async::<u64>(&mut conn).await });
-                }
-                for outcome in futures_util::future::join_all(calls).await {
-                    outcome.unwrap();
-                }
-            }
+                    for outcome in futures_util::future::join_all(calls).await {
+                        outcome.unwrap();
+                    }
+                })
+                .await;
         }));
     }
     for task in tasks {
