@@ -140,6 +140,26 @@ async fn schedule_stores_once_in_the_bucket_rust_computes_and_due_by_server_time
         panic!("dup is {state:?}");
     };
     assert!(due > queue.server_time().await.unwrap() + Duration::from_secs(30));
+    // Ids already stored among new ones in the same calls: each answer is that job's own
+    // (the calls go by shard, sorted by due time, here the reverse of the given order, and
+    // the script names the repeated jobs by their position in its call).
+    let ids: Vec<String> = (0..50).map(|i| format!("m-{i}")).collect();
+    for id in [&ids[10], &ids[37]] {
+        assert!(
+            queue
+                .schedule(id, Duration::from_secs(60), b"old")
+                .await
+                .unwrap()
+        );
+    }
+    let jobs = ids.iter().enumerate().map(|(i, id)| {
+        let delay = Duration::from_secs(100 - i as u64);
+        (id.as_str(), When::After(delay), &b"new"[..])
+    });
+    let stored = queue.schedule_many(jobs).await.unwrap();
+    let expected: Vec<bool> = (0..50).map(|i| i != 10 && i != 37).collect();
+    assert_eq!(stored, expected);
+    assert_eq!(queue.status("m-37").await.unwrap().unwrap().1, b"old");
 }
 
 #[tokio::test]
