@@ -555,15 +555,16 @@ async fn d1(scale: f64) {
 }
 
 /// The least a durable schedule can ask of Redis, for comparison with D1: the same jobs,
-/// clients and batches through a script that only stores each payload (`HSET` into one of
-/// 1,024 small hashes per shard) and inserts its due time by the server's `TIME` (one
-/// variadic `ZADD` per call), with no idempotency check, no hint and no workers running.
+/// clients, batches and arguments (id, delay, payload hash, payload) through a script that
+/// only stores each payload (`HSET` into one of 1,024 small hashes per shard) and inserts
+/// its due time by the server's `TIME` (one variadic `ZADD` per call), with no idempotency
+/// check, no hint and no workers running.
 const FLOOR_SCRIPT: &str = r"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local zadd = {}
-for i = 1, #ARGV, 3 do
-  redis.call('HSET', KEYS[1] .. ':j:' .. ARGV[i + 2], ARGV[i], '0123456789abcdef')
+for i = 1, #ARGV, 4 do
+  redis.call('HSET', KEYS[1] .. ':j:' .. ARGV[i + 2], ARGV[i], ARGV[i + 3])
   zadd[#zadd + 1] = now + ARGV[i + 1]
   zadd[#zadd + 1] = ARGV[i]
 end
@@ -600,7 +601,11 @@ async fn floor(delays: &Arc<Vec<u64>>) -> (f64, f64) {
                             .collect();
                         jobs.sort_by_key(|&i| delays[i]);
                         for i in jobs {
-                            invocation.arg(i).arg(delays[i]).arg((i / SHARDS) % 1024);
+                            invocation
+                                .arg(i)
+                                .arg(delays[i])
+                                .arg((i / SHARDS) % 1024)
+                                .arg(&PAYLOAD[..]);
                         }
                         let mut conn = conn.clone();
                         calls.push(async move { invocation.invoke_async::<u64>(&mut conn).await });
