@@ -13,16 +13,22 @@
 //! (default: the crate's, 10 s). `DURABLE_SCALE=0.1` runs a tenth of the jobs (and D1 over
 //! a tenth of its 60 s span, at least 6 s) for a quick check; the figures to report come
 //! from the default, 1. `DURABLE_COMMANDSTATS=1` prints the server's command statistics
-//! after each workload. Notes give each side's CPU time while scheduling, to show where
-//! the time went.
+//! after each workload (and D1's for its scheduling phase alone). Notes give each side's
+//! CPU time while scheduling, to show where the time went.
 
 #[path = "../tests/support/mod.rs"]
 mod support;
+
+#[path = "durable_parts/baselines.rs"]
+mod baselines;
+
+use baselines::{floor, naive_poller, produce_naive};
 
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use futures_util::StreamExt;
 use hdrhistogram::Histogram;
 use shardwheel_redis::{Job, Queue, When, Worker};
 
@@ -30,6 +36,9 @@ const PAYLOAD: &[u8; 16] = b"0123456789abcdef";
 const PRODUCERS: usize = 4;
 const WORKERS: usize = 2;
 const PRODUCER_BATCH: usize = 5_000;
+/// Batches each producer keeps in flight (pipelined on its connection), for both
+/// implementations: the server has the next batch while the reply to one travels back.
+const IN_FLIGHT: usize = 2;
 
 struct SplitMix64(u64);
 
@@ -75,6 +84,9 @@ struct Tally {
     distinct: AtomicU64,
     first: AtomicU64,
     last: AtomicU64,
+    /// The earliest and latest due time (Unix µs) of the deliveries.
+    due_first: AtomicU64,
+    due_last: AtomicU64,
 }
 
 impl Tally {
@@ -89,6 +101,8 @@ impl Tally {
             distinct: AtomicU64::new(0),
             first: AtomicU64::new(u64::MAX),
             last: AtomicU64::new(0),
+            due_first: AtomicU64::new(u64::MAX),
+            due_last: AtomicU64::new(0),
         })
     }
 
@@ -111,6 +125,19 @@ impl Tally {
         self.delivered.fetch_add(1, Ordering::Relaxed);
         self.first.fetch_min(now_us, Ordering::Relaxed);
         self.last.fetch_max(now_us, Ordering::Relaxed);
+        self.due_first.fetch_min(due_us, Ordering::Relaxed);
+        self.due_last.fetch_max(due_us, Ordering::Relaxed);
+    }
+
+    /// The rate at which the delivered jobs came due: their count over the span of their due
+    /// times. No consumer can deliver on time faster than this.
+    fn due_per_s(&self) -> f64 {
+        let span = self
+            .due_last
+            .load(Ordering::Relaxed)
+            .saturating_sub(self.due_first.load(Ordering::Relaxed)) as f64
+            / 1e6;
+        self.distinct.load(Ordering::Relaxed) as f64 / span.max(1e-9)
     }
 
     fn lost_twice(&self) -> (usize, usize) {
@@ -189,6 +216,16 @@ async fn cpu_seconds(url: &str) -> (f64, f64) {
     )
 }
 
+/// Zeroes the server's command statistics (`CONFIG RESETSTAT`), so that those printed
+/// next cover one phase.
+async fn reset_stats(url: &str) {
+    redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async::<()>(&mut raw_conn(url).await)
+        .await
+        .unwrap();
+}
+
 async fn raw_conn(url: &str) -> redis::aio::MultiplexedConnection {
     let config =
         redis::AsyncConnectionConfig::new().set_response_timeout(Some(Duration::from_secs(60)));
@@ -214,20 +251,24 @@ async fn produce_shardwheel(
         let delays = Arc::clone(delays);
         tasks.push(tokio::spawn(async move {
             let indices: Vec<usize> = (producer..delays.len()).step_by(PRODUCERS).collect();
-            for chunk in indices.chunks(PRODUCER_BATCH) {
-                let ids: Vec<String> = chunk.iter().map(|i| i.to_string()).collect();
-                let jobs = ids.iter().zip(chunk).map(|(id, &i)| {
-                    let when = match at {
-                        Some(base) => {
-                            When::At(UNIX_EPOCH + Duration::from_millis(base + delays[i]))
-                        }
-                        None => When::After(Duration::from_millis(delays[i])),
-                    };
-                    (id.as_str(), when, &PAYLOAD[..])
-                });
-                let stored = queue.schedule_many(jobs).await.unwrap();
-                assert!(stored.iter().all(|&new| new));
-            }
+            let queue = &queue;
+            let delays = &delays;
+            futures_util::stream::iter(indices.chunks(PRODUCER_BATCH))
+                .for_each_concurrent(IN_FLIGHT, |chunk| async move {
+                    let ids: Vec<String> = chunk.iter().map(|i| i.to_string()).collect();
+                    let jobs = ids.iter().zip(chunk).map(|(id, &i)| {
+                        let when = match at {
+                            Some(base) => {
+                                When::At(UNIX_EPOCH + Duration::from_millis(base + delays[i]))
+                            }
+                            None => When::After(Duration::from_millis(delays[i])),
+                        };
+                        (id.as_str(), when, &PAYLOAD[..])
+                    });
+                    let stored = queue.schedule_many(jobs).await.unwrap();
+                    assert!(stored.iter().all(|&new| new));
+                })
+                .await;
         }));
     }
     for task in tasks {
@@ -286,76 +327,6 @@ async fn wait_delivered(tally: &Tally, n: u64, patience: Duration) {
     let start = Instant::now();
     while tally.distinct.load(Ordering::Relaxed) < n && start.elapsed() < patience {
         tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// The naive producer: ZADD with due = this client's clock + delay, member = id, pipelined.
-async fn produce_naive(
-    server: &support::Server,
-    key: &str,
-    delays: &Arc<Vec<u64>>,
-    at: Option<u64>,
-) -> f64 {
-    let start = Instant::now();
-    let mut tasks = Vec::new();
-    for producer in 0..PRODUCERS {
-        let mut conn = raw_conn(&server.url()).await;
-        let delays = Arc::clone(delays);
-        let key = key.to_owned();
-        tasks.push(tokio::spawn(async move {
-            let indices: Vec<usize> = (producer..delays.len()).step_by(PRODUCERS).collect();
-            for chunk in indices.chunks(PRODUCER_BATCH) {
-                let base = at.unwrap_or_else(now_ms);
-                let mut pipe = redis::pipe();
-                for &i in chunk {
-                    // The payload rides in the member, as naive queues do.
-                    let mut member = i.to_string().into_bytes();
-                    member.push(b':');
-                    member.extend_from_slice(PAYLOAD);
-                    pipe.zadd(&key, member, base + delays[i]).ignore();
-                }
-                pipe.query_async::<()>(&mut conn).await.unwrap();
-            }
-        }));
-    }
-    for task in tasks {
-        task.await.unwrap();
-    }
-    start.elapsed().as_secs_f64()
-}
-
-/// The naive poller: every 100 ms, ZRANGEBYSCORE due <= now LIMIT 1000, then ZREM them,
-/// and deliver what was fetched.
-async fn naive_poller(url: String, key: String, tally: Arc<Tally>, stop: Arc<AtomicU64>) {
-    let mut conn = raw_conn(&url).await;
-    while stop.load(Ordering::Relaxed) == 0 {
-        let due: Vec<(Vec<u8>, f64)> = redis::cmd("ZRANGEBYSCORE")
-            .arg(&key)
-            .arg("-inf")
-            .arg(now_ms())
-            .arg("WITHSCORES")
-            .arg("LIMIT")
-            .arg(0)
-            .arg(1000)
-            .query_async(&mut conn)
-            .await
-            .unwrap();
-        if !due.is_empty() {
-            let members: Vec<&[u8]> = due.iter().map(|(m, _)| m.as_slice()).collect();
-            redis::cmd("ZREM")
-                .arg(&key)
-                .arg(&members)
-                .query_async::<()>(&mut conn)
-                .await
-                .unwrap();
-            for (member, score) in &due {
-                let now = unix_us(SystemTime::now());
-                let id = member.split(|&b| b == b':').next().unwrap();
-                let index: usize = std::str::from_utf8(id).unwrap().parse().unwrap();
-                tally.record(index, *score as u64 * 1000, now);
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
@@ -466,9 +437,20 @@ async fn d1(scale: f64) {
         let server = support::Server::start();
         let tally = Tally::new(n);
         let consumers = Consumers::start(name, &server, "d1", &tally).await;
+        let stats = std::env::var_os("DURABLE_COMMANDSTATS").is_some();
+        if stats {
+            reset_stats(&server.url()).await;
+        }
         let cpu_before = cpu_seconds(&server.url()).await;
         let schedule_s = produce(name, &server, "d1", &delays, None).await;
         let cpu_after = cpu_seconds(&server.url()).await;
+        if stats {
+            let mut conn = raw_conn(&server.url()).await;
+            println!(
+                "note D1 {name}: the server's command statistics while scheduling:\n{}",
+                info(&mut conn, "commandstats").await
+            );
+        }
         println!(
             "note D1 {name}: while scheduling ({schedule_s:.1} s, load {}), this process used {:.1} CPU s and redis-server {:.1}",
             loadavg(),
@@ -483,6 +465,10 @@ async fn d1(scale: f64) {
             format!("schedule_per_s={:.0}", n as f64 / schedule_s)
         })
         .await;
+        println!(
+            "note D1 {name}: its jobs came due at {:.0} per second (their count over the span of their due times), which bounds deliver_per_s",
+            tally.due_per_s()
+        );
         let quiet = tally.late_quiet.lock().unwrap().clone();
         println!(
             "note D1 {name}: the {} jobs due after scheduling ended: {}",
@@ -490,6 +476,13 @@ async fn d1(scale: f64) {
             lateness(&quiet)
         );
         server_note(&server.url(), &format!("D1 {name}")).await;
+    }
+    if implementations().contains(&"shardwheel-redis") {
+        let (rate, cpu_us) = floor(&delays).await;
+        println!(
+            "note D1 floor: the same jobs through a script doing only HSET and ZADD per job, no workers (load {}): {rate:.0} per second, redis-server {cpu_us:.2} us CPU per job",
+            loadavg()
+        );
     }
 }
 

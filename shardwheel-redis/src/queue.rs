@@ -397,23 +397,25 @@ impl Queue {
                 }
                 let mut conn = self.conn.clone();
                 calls.push(async move {
-                    let results: Vec<i64> = invocation.invoke_async(&mut conn).await?;
-                    Ok::<_, Error>((chunk, results))
+                    let repeated: Vec<usize> = invocation.invoke_async(&mut conn).await?;
+                    Ok::<_, Error>((chunk, repeated))
                 });
             }
         }
         let mut stored = vec![false; encoded.len()];
         for outcome in futures_util::future::join_all(calls).await {
-            let (chunk, results) = outcome?;
-            if results.len() != chunk.len() {
-                return Err(Error::Protocol(format!(
-                    "schedule answered {} results for {} jobs",
-                    results.len(),
-                    chunk.len()
-                )));
+            let (chunk, repeated) = outcome?;
+            for &index in chunk {
+                stored[index] = true;
             }
-            for (&index, result) in chunk.iter().zip(results) {
-                stored[index] = result == 1;
+            for position in repeated {
+                let Some(&index) = chunk.get(position) else {
+                    return Err(Error::Protocol(format!(
+                        "schedule named job {position} of a call of {}",
+                        chunk.len()
+                    )));
+                };
+                stored[index] = false;
             }
         }
         Ok(stored)

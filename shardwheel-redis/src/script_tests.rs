@@ -6,7 +6,7 @@ use std::time::Duration;
 use redis::Value;
 
 use crate::job::{Cancelled, JobState, Rescheduled, When};
-use crate::keys::{ShardKeys, hash, shard_of};
+use crate::keys::{ShardKeys, bucket_of, hash, shard_of};
 use crate::queue::Queue;
 use crate::scripts::SCRIPTS;
 
@@ -59,7 +59,8 @@ async fn settle(
     let mut invocation = keys.invoke(&SCRIPTS.settle, queue.shards(), queue.buckets());
     invocation.arg(max_attempts).arg(1000).arg(60_000);
     for (id, token, action) in triples {
-        invocation.arg(*id).arg(*token).arg(*action);
+        let bucket = bucket_of(id.as_bytes(), queue.shards(), queue.buckets());
+        invocation.arg(*id).arg(*token).arg(*action).arg(bucket);
     }
     invocation.invoke_async(&mut queue.conn()).await.unwrap()
 }
@@ -139,6 +140,26 @@ async fn schedule_stores_once_in_the_bucket_rust_computes_and_due_by_server_time
         panic!("dup is {state:?}");
     };
     assert!(due > queue.server_time().await.unwrap() + Duration::from_secs(30));
+    // Ids already stored among new ones in the same calls: each answer is that job's own
+    // (the calls go by shard, sorted by due time, here the reverse of the given order, and
+    // the script names the repeated jobs by their position in its call).
+    let ids: Vec<String> = (0..50).map(|i| format!("m-{i}")).collect();
+    for id in [&ids[10], &ids[37]] {
+        assert!(
+            queue
+                .schedule(id, Duration::from_secs(60), b"old")
+                .await
+                .unwrap()
+        );
+    }
+    let jobs = ids.iter().enumerate().map(|(i, id)| {
+        let delay = Duration::from_secs(100 - i as u64);
+        (id.as_str(), When::After(delay), &b"new"[..])
+    });
+    let stored = queue.schedule_many(jobs).await.unwrap();
+    let expected: Vec<bool> = (0..50).map(|i| i != 10 && i != 37).collect();
+    assert_eq!(stored, expected);
+    assert_eq!(queue.status("m-37").await.unwrap().unwrap().1, b"old");
 }
 
 #[tokio::test]
@@ -252,6 +273,13 @@ async fn settle_is_fenced_by_the_token_and_retries_then_dead_letters() {
     assert_eq!(settle(&queue, sa, 2, &[("a", token_a, "a")]).await, vec![1]);
     assert_eq!(settle(&queue, sa, 2, &[("a", token_a, "a")]).await, vec![0]);
     assert_eq!(queue.status("a").await.unwrap(), None);
+    // The ack removed its payload field (in the hash the client named): the id is free.
+    assert!(
+        queue
+            .schedule("a", Duration::from_secs(60), b"x")
+            .await
+            .unwrap()
+    );
     // b fails: retried with backoff (1 s base), then dead after 2 attempts.
     let (_, jobs, _) = claim(&queue, sb, 0, 30_000, 10, 2).await;
     let token_b = jobs.iter().find(|j| j.0 == "b").unwrap().2;

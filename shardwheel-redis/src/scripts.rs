@@ -2,8 +2,9 @@
 //!
 //! Each file's header lists its `KEYS` and `ARGV`, its atomic contract and the bound on its
 //! work. `lua/bucket.lua` (the id hash that finds a payload hash) is prepended to each
-//! script that needs it (`schedule` is given each job's payload hash by the client instead). `redis::Script` sends `EVALSHA` and loads the script on a
-//! `NOSCRIPT` reply, so a restarted server or a new cluster node is served transparently.
+//! script that needs it (`schedule` and `settle` are given each job's payload hash by the
+//! client instead). `redis::Script` sends `EVALSHA` and loads the script on a `NOSCRIPT`
+//! reply, so a restarted server or a new cluster node is served transparently.
 //! Every script starts from the server's `TIME`: no client clock decides when a job is due.
 
 use std::sync::LazyLock;
@@ -31,7 +32,7 @@ fn with_bucket(source: &str) -> Script {
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     schedule: Script::new(include_str!("lua/schedule.lua")),
     claim: with_bucket(include_str!("lua/claim.lua")),
-    settle: with_bucket(include_str!("lua/settle.lua")),
+    settle: Script::new(include_str!("lua/settle.lua")),
     cancel: with_bucket(include_str!("lua/cancel.lua")),
     reschedule: with_bucket(include_str!("lua/reschedule.lua")),
     status: with_bucket(include_str!("lua/status.lua")),

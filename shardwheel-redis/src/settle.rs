@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
+use crate::keys::bucket_of;
 use crate::queue::BATCH;
 use crate::scripts::SCRIPTS;
 use crate::stats::Counters;
@@ -79,7 +80,13 @@ pub(crate) async fn settle_loop(
                             Action::Fail => "f",
                             Action::Release => "r",
                         };
-                        invocation.arg(&settle.id).arg(settle.token).arg(action);
+                        let bucket =
+                            bucket_of(settle.id.as_bytes(), queue.shards(), queue.buckets());
+                        invocation
+                            .arg(&settle.id)
+                            .arg(settle.token)
+                            .arg(action)
+                            .arg(bucket);
                     }
                     let mut results: Option<Vec<i64>> = None;
                     // One retry: a settle is fenced, so repeating it is harmless.

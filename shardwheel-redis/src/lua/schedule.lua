@@ -10,42 +10,41 @@
 --          scripts), payload
 --
 -- Contract: for each job, if its id already has a payload (pending, claimed or dead), nothing
--- changes and its result is 0; otherwise the payload is stored and the id enters the due
--- set at its due time, result 1. Returns the results in order. Due times are computed from
--- the server's clock only. If a stored job is due within ARGV[4] ms, one message goes to
--- the wake-up channel, a hint that lets a waiting worker claim it before its next poll;
--- nothing depends on it being heard, and a refused PUBLISH (an ACL) does not fail the call.
+-- changes; otherwise the payload is stored and the id enters the due set at its due time.
+-- Returns the positions (0-based, in the call's order) of the jobs not stored: an empty
+-- array when all are new. Due times are computed from the server's clock only. If a stored
+-- job is due within ARGV[4] ms, one message goes to the wake-up channel, a hint that lets a
+-- waiting worker claim it before its next poll; nothing depends on it being heard, and a
+-- refused PUBLISH (an ACL) does not fail the call.
 -- Bound: O(n log N) for n jobs in the call (the client sends at most 512 a call), n + 2
 -- redis calls. The work per job is kept to the HSETNX and a share of one ZADD: the client
--- computes the payload hash's number and sends the jobs sorted by time, and times are
--- formatted as integers (string.format '%d') rather than by Lua's float formatting.
-local t = redis.call('TIME')
+-- computes the payload hash's number and sends the jobs sorted by time, the due times go to
+-- ZADD as Lua numbers (integers below 2^53, which Redis writes exactly), and the reply
+-- names only the repeated ids rather than one result per job.
+local call = redis.call
+local t = call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local prefix = ARGV[1]
 local relative = ARGV[2] == 'd'
 local soon = now + tonumber(ARGV[4])
 local wake = false
-local out = {}
+local old = {}
 local zadd = {}
+local n = 0
 for i = 5, #ARGV, 4 do
   local id = ARGV[i]
-  if redis.call('HSETNX', prefix .. ARGV[i + 2], id, ARGV[i + 3]) == 1 then
-    local when = ARGV[i + 1]
-    if relative then
-      local at = now + tonumber(when)
-      wake = wake or at <= soon
-      when = string.format('%d', at)
-    else
-      wake = wake or tonumber(when) <= soon
-    end
-    zadd[#zadd + 1] = when
-    zadd[#zadd + 1] = id
-    out[#out + 1] = 1
+  if call('HSETNX', prefix .. ARGV[i + 2], id, ARGV[i + 3]) == 1 then
+    local at = tonumber(ARGV[i + 1])
+    if relative then at = now + at end
+    if at <= soon then wake = true end
+    zadd[n + 1] = at
+    zadd[n + 2] = id
+    n = n + 2
   else
-    out[#out + 1] = 0
+    old[#old + 1] = (i - 5) / 4
   end
 end
 -- One variadic ZADD: fewer calls and a shorter AOF than one per job.
-if #zadd > 0 then redis.call('ZADD', KEYS[1], unpack(zadd)) end
+if n > 0 then call('ZADD', KEYS[1], unpack(zadd)) end
 if wake then redis.pcall('PUBLISH', ARGV[3], KEYS[1]) end
-return out
+return old

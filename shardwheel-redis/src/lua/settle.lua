@@ -2,10 +2,12 @@
 --
 -- KEYS[1] due zset   KEYS[2] lease zset   KEYS[3] tok hash   KEYS[4] dead zset
 -- KEYS[5] att hash
--- ARGV[1] payload hash prefix   ARGV[2] shards   ARGV[3] buckets
+-- ARGV[1] payload hash prefix   ARGV[2] shards   ARGV[3] buckets (ARGV[2] and ARGV[3] are
+-- not used here: each job comes with its payload hash)
 -- ARGV[4] attempts before the dead-letter set   ARGV[5] backoff base ms
 -- ARGV[6] backoff cap ms
--- ARGV[7..] triples: id, token, action ('a' ack, 'f' failed, 'r' release unrun)
+-- ARGV[7..] quadruples: id, token, action ('a' ack, 'f' failed, 'r' release unrun), the
+-- id's payload hash (its number under the prefix, from `keys::bucket_of`)
 --
 -- Contract: an action applies only if the job's current token (tok hash) equals the one
 -- given, i.e. the caller's lease is still the live one: a worker whose lease expired and was
@@ -14,22 +16,21 @@
 -- 2^(attempt-1), cap) by the server's TIME, result 1, or to the dead set once it used its
 -- attempts, result 2. release: back to due at its own due time, the attempt not counted,
 -- result 1.
--- Bound: O(n log N) for n triples (the client sends at most 512 a call); an ack costs one
--- redis call (its payload) plus a few per batch.
--- bucket(prefix, id, shards, buckets) is prepended from bucket.lua when loaded (scripts.rs).
+-- Bound: O(n log N) for n quadruples (the client sends at most 512 a call); an ack costs one
+-- redis call (its payload) plus a few per batch, and no id hashing in Lua.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local prefix, shards, buckets = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local prefix = ARGV[1]
 local max_attempts, base, cap = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local ids = {}
-for i = 7, #ARGV, 3 do ids[#ids + 1] = ARGV[i] end
+for i = 7, #ARGV, 4 do ids[#ids + 1] = ARGV[i] end
 local out = {}
 if #ids == 0 then return out end
 local recs = redis.call('HMGET', KEYS[3], unpack(ids))
 local has_att = redis.call('EXISTS', KEYS[5]) == 1
 local settled, seen = {}, {}
 for k = 1, #ids do
-  local i = 7 + (k - 1) * 3
+  local i = 7 + (k - 1) * 4
   local id, token, action = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local rec = recs[k]
   local result = 0
@@ -41,7 +42,7 @@ for k = 1, #ids do
       attempt = tonumber(attempt)
       if action == 'a' then
         if has_att then redis.call('HDEL', KEYS[5], id) end
-        redis.call('HDEL', bucket(prefix, id, shards, buckets), id)
+        redis.call('HDEL', prefix .. ARGV[i + 3], id)
         result = 1
       elseif action == 'f' then
         redis.call('HSET', KEYS[5], id, attempt)

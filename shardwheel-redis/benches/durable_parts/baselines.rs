@@ -1,0 +1,164 @@
+//! The baselines the durable bench measures shardwheel-redis against, in the same run: the
+//! naive poller many users write (its producer and its poller) and the floor, the least
+//! work per job a durable schedule can ask of Redis.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime};
+
+use futures_util::StreamExt;
+
+use super::{
+    IN_FLIGHT, PAYLOAD, PRODUCER_BATCH, PRODUCERS, Tally, cpu_seconds, now_ms, raw_conn, support,
+    unix_us,
+};
+
+/// The naive producer: ZADD with due = this client's clock + delay, member = id, pipelined.
+pub(super) async fn produce_naive(
+    server: &support::Server,
+    key: &str,
+    delays: &Arc<Vec<u64>>,
+    at: Option<u64>,
+) -> f64 {
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for producer in 0..PRODUCERS {
+        let conn = raw_conn(&server.url()).await;
+        let delays = Arc::clone(delays);
+        let key = key.to_owned();
+        tasks.push(tokio::spawn(async move {
+            let indices: Vec<usize> = (producer..delays.len()).step_by(PRODUCERS).collect();
+            let (conn, delays, key) = (&conn, &delays, &key);
+            futures_util::stream::iter(indices.chunks(PRODUCER_BATCH))
+                .for_each_concurrent(IN_FLIGHT, |chunk| async move {
+                    let base = at.unwrap_or_else(now_ms);
+                    let mut pipe = redis::pipe();
+                    for &i in chunk {
+                        // The payload rides in the member, as naive queues do.
+                        let mut member = i.to_string().into_bytes();
+                        member.push(b':');
+                        member.extend_from_slice(PAYLOAD);
+                        pipe.zadd(key, member, base + delays[i]).ignore();
+                    }
+                    pipe.query_async::<()>(&mut conn.clone()).await.unwrap();
+                })
+                .await;
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    start.elapsed().as_secs_f64()
+}
+
+/// The naive poller: every 100 ms, ZRANGEBYSCORE due <= now LIMIT 1000, then ZREM them,
+/// and deliver what was fetched.
+pub(super) async fn naive_poller(
+    url: String,
+    key: String,
+    tally: Arc<Tally>,
+    stop: Arc<AtomicU64>,
+) {
+    let mut conn = raw_conn(&url).await;
+    while stop.load(Ordering::Relaxed) == 0 {
+        let due: Vec<(Vec<u8>, f64)> = redis::cmd("ZRANGEBYSCORE")
+            .arg(&key)
+            .arg("-inf")
+            .arg(now_ms())
+            .arg("WITHSCORES")
+            .arg("LIMIT")
+            .arg(0)
+            .arg(1000)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        if !due.is_empty() {
+            let members: Vec<&[u8]> = due.iter().map(|(m, _)| m.as_slice()).collect();
+            redis::cmd("ZREM")
+                .arg(&key)
+                .arg(&members)
+                .query_async::<()>(&mut conn)
+                .await
+                .unwrap();
+            for (member, score) in &due {
+                let now = unix_us(SystemTime::now());
+                let id = member.split(|&b| b == b':').next().unwrap();
+                let index: usize = std::str::from_utf8(id).unwrap().parse().unwrap();
+                tally.record(index, *score as u64 * 1000, now);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The least a durable schedule can ask of Redis, for comparison with D1: the same jobs,
+/// clients, batches and arguments (id, delay, payload hash, payload) through a script that
+/// only stores each payload (`HSET` into one of 1,024 small hashes per shard) and inserts
+/// its due time by the server's `TIME` (one variadic `ZADD` per call), with no idempotency
+/// check, no hint and no workers running.
+const FLOOR_SCRIPT: &str = r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local zadd = {}
+for i = 1, #ARGV, 4 do
+  redis.call('HSET', KEYS[1] .. ':j:' .. ARGV[i + 2], ARGV[i], ARGV[i + 3])
+  zadd[#zadd + 1] = now + ARGV[i + 1]
+  zadd[#zadd + 1] = ARGV[i]
+end
+if #zadd > 0 then redis.call('ZADD', KEYS[1] .. ':due', unpack(zadd)) end
+return #zadd / 2
+";
+
+/// Schedules `delays` with [`FLOOR_SCRIPT`] on a fresh server (16 shards, as the queue's
+/// default): returns (jobs per second, redis-server CPU µs per job).
+pub(super) async fn floor(delays: &Arc<Vec<u64>>) -> (f64, f64) {
+    const SHARDS: usize = 16;
+    let server = support::Server::start();
+    let script = redis::Script::new(FLOOR_SCRIPT);
+    let cpu_before = cpu_seconds(&server.url()).await;
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for producer in 0..PRODUCERS {
+        let conn = raw_conn(&server.url()).await;
+        let delays = Arc::clone(delays);
+        let script = script.clone();
+        tasks.push(tokio::spawn(async move {
+            let indices: Vec<usize> = (producer..delays.len()).step_by(PRODUCERS).collect();
+            let (conn, script, delays) = (&conn, &script, &delays);
+            futures_util::stream::iter(indices.chunks(PRODUCER_BATCH))
+                .for_each_concurrent(IN_FLIGHT, |chunk| async move {
+                    let mut calls = Vec::new();
+                    for shard in 0..SHARDS {
+                        let mut invocation = script.prepare_invoke();
+                        invocation.key(format!("{{floor:{shard}}}"));
+                        let mut jobs: Vec<usize> = chunk
+                            .iter()
+                            .copied()
+                            .filter(|i| i % SHARDS == shard)
+                            .collect();
+                        jobs.sort_by_key(|&i| delays[i]);
+                        for i in jobs {
+                            invocation
+                                .arg(i)
+                                .arg(delays[i])
+                                .arg((i / SHARDS) % 1024)
+                                .arg(&PAYLOAD[..]);
+                        }
+                        let mut conn = conn.clone();
+                        calls.push(async move { invocation.invoke_async::<u64>(&mut conn).await });
+                    }
+                    for outcome in futures_util::future::join_all(calls).await {
+                        outcome.unwrap();
+                    }
+                })
+                .await;
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let seconds = start.elapsed().as_secs_f64();
+    let cpu_after = cpu_seconds(&server.url()).await;
+    let n = delays.len() as f64;
+    (n / seconds, (cpu_after.1 - cpu_before.1) * 1e6 / n)
+}
