@@ -166,3 +166,87 @@ pub fn timeout<F: Future>(delay: Duration, future: F) -> Timeout<F> {
 pub fn timeout_at<F: Future>(deadline: impl Into<Instant>, future: F) -> Timeout<F> {
     Timer::global().timeout_at(deadline, future)
 }
+
+/// A future that completes `delay` after its first poll, or up to `slack` later, on the
+/// process-wide timer: as [`Timer::global`]`().sleep_within(delay, slack)` (see
+/// [`Timer::sleep_within`]).
+///
+/// # Panics
+///
+/// As [`sleep`].
+///
+/// ```
+/// use std::time::{Duration, Instant};
+///
+/// let start = Instant::now();
+/// let nap = shardwheel::sleep_within(Duration::from_millis(2), Duration::from_millis(1));
+/// futures::executor::block_on(nap).unwrap();
+/// assert!(start.elapsed() >= Duration::from_millis(2));
+/// ```
+pub fn sleep_within(delay: Duration, slack: Duration) -> Sleep {
+    sleep(delay).within(slack)
+}
+
+/// A future that completes at `deadline`, or up to `slack` later, on the process-wide
+/// timer: as [`Timer::global`]`().sleep_until_within(deadline, slack)`.
+///
+/// # Panics
+///
+/// As [`Timer::global`].
+///
+/// ```
+/// use std::time::{Duration, Instant};
+///
+/// let deadline = Instant::now() + Duration::from_millis(2);
+/// let nap = shardwheel::sleep_until_within(deadline, Duration::from_millis(1));
+/// futures::executor::block_on(nap).unwrap();
+/// assert!(Instant::now() >= deadline);
+/// ```
+pub fn sleep_until_within(deadline: impl Into<Instant>, slack: Duration) -> Sleep {
+    Timer::global().sleep_until_within(deadline, slack)
+}
+
+/// Runs `future` for at most `delay` from its first poll, or up to `slack` more, on the
+/// process-wide timer: as [`Timer::global`]`().timeout_within(delay, slack, future)` (see
+/// [`Timer::timeout_within`]).
+///
+/// # Panics
+///
+/// As [`sleep`].
+///
+/// ```
+/// use shardwheel::TimeoutError;
+/// use std::time::Duration;
+///
+/// let (delay, slack) = (Duration::from_millis(2), Duration::from_millis(1));
+/// let stuck = shardwheel::timeout_within(delay, slack, std::future::pending::<()>());
+/// assert_eq!(futures::executor::block_on(stuck), Err(TimeoutError::Elapsed));
+/// ```
+pub fn timeout_within<F: Future>(delay: Duration, slack: Duration, future: F) -> Timeout<F> {
+    Timeout::new(sleep_within(delay, slack), future)
+}
+
+/// Runs `future` until `deadline`, or up to `slack` later, on the process-wide timer: as
+/// [`Timer::global`]`().timeout_at_within(deadline, slack, future)`.
+///
+/// # Panics
+///
+/// As [`Timer::global`].
+///
+/// ```
+/// use shardwheel::TimeoutError;
+/// use std::time::{Duration, Instant};
+///
+/// let deadline = Instant::now() + Duration::from_millis(2);
+/// let slack = Duration::from_millis(1);
+/// let stuck = shardwheel::timeout_at_within(deadline, slack, std::future::pending::<()>());
+/// assert_eq!(futures::executor::block_on(stuck), Err(TimeoutError::Elapsed));
+/// assert!(Instant::now() >= deadline);
+/// ```
+pub fn timeout_at_within<F: Future>(
+    deadline: impl Into<Instant>,
+    slack: Duration,
+    future: F,
+) -> Timeout<F> {
+    Timer::global().timeout_at_within(deadline, slack, future)
+}

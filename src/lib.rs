@@ -171,7 +171,10 @@ cfg_engine! {
         AdvanceError, BuildError, PeriodicError, ScheduleError, SleepError, StaleHandle,
         TimeoutError,
     };
-    pub use global::{sleep, sleep_until, timeout, timeout_at};
+    pub use global::{
+        sleep, sleep_until, sleep_until_within, sleep_within, timeout, timeout_at,
+        timeout_at_within, timeout_within,
+    };
     pub use handle::TimerHandle;
     pub use interval::{Interval, MissedTickBehavior};
     pub use periodic::{Period, Periodic};
