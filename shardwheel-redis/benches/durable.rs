@@ -23,6 +23,7 @@ mod support;
 mod baselines;
 
 use baselines::{floor, naive_poller, produce_naive};
+use std::future::Future;
 
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -236,37 +237,32 @@ async fn raw_conn(url: &str) -> redis::aio::MultiplexedConnection {
         .unwrap()
 }
 
-/// Schedules `delays` (ms) as jobs "0".."n" from PRODUCERS concurrent queue clients, in
-/// batches; `at` turns a delay into an absolute due time instead (D2). Returns the seconds.
-async fn produce_shardwheel(
-    server: &support::Server,
-    name: &str,
-    delays: &Arc<Vec<u64>>,
-    at: Option<u64>,
-) -> f64 {
+/// Runs `batch` over job indices `0..jobs` from PRODUCERS concurrent tasks, each taking
+/// every PRODUCERS-th index, PRODUCER_BATCH at a time with IN_FLIGHT batches under way, on
+/// a client of its own (from `connect`); returns the seconds it took. Every producer of the
+/// bench (shardwheel-redis's, the naive poller's, the floor's) schedules through it.
+async fn fan_out<C, B, Done>(
+    jobs: usize,
+    connect: impl AsyncFn() -> C,
+    batch: impl Fn(Arc<C>, Vec<usize>) -> B + Clone + Send + Sync + 'static,
+) -> f64
+where
+    C: Send + Sync + 'static,
+    B: Future<Output = Done> + Send,
+{
     let start = Instant::now();
     let mut tasks = Vec::new();
     for producer in 0..PRODUCERS {
-        let queue = Queue::connect(&server.url(), name).await.unwrap();
-        let delays = Arc::clone(delays);
+        let client = Arc::new(connect().await);
+        let batch = batch.clone();
         tasks.push(tokio::spawn(async move {
-            let indices: Vec<usize> = (producer..delays.len()).step_by(PRODUCERS).collect();
-            let queue = &queue;
-            let delays = &delays;
+            let indices: Vec<usize> = (producer..jobs).step_by(PRODUCERS).collect();
             futures_util::stream::iter(indices.chunks(PRODUCER_BATCH))
-                .for_each_concurrent(IN_FLIGHT, |chunk| async move {
-                    let ids: Vec<String> = chunk.iter().map(|i| i.to_string()).collect();
-                    let jobs = ids.iter().zip(chunk).map(|(id, &i)| {
-                        let when = match at {
-                            Some(base) => {
-                                When::At(UNIX_EPOCH + Duration::from_millis(base + delays[i]))
-                            }
-                            None => When::After(Duration::from_millis(delays[i])),
-                        };
-                        (id.as_str(), when, &PAYLOAD[..])
-                    });
-                    let stored = queue.schedule_many(jobs).await.unwrap();
-                    assert!(stored.iter().all(|&new| new));
+                .for_each_concurrent(IN_FLIGHT, |chunk| {
+                    let done = batch(Arc::clone(&client), chunk.to_vec());
+                    async move {
+                        done.await;
+                    }
                 })
                 .await;
         }));
@@ -275,6 +271,34 @@ async fn produce_shardwheel(
         task.await.unwrap();
     }
     start.elapsed().as_secs_f64()
+}
+
+/// Schedules `delays` (ms) as jobs "0".."n" from PRODUCERS concurrent queue clients, in
+/// batches; `at` turns a delay into an absolute due time instead (D2). Returns the seconds.
+async fn produce_shardwheel(
+    server: &support::Server,
+    name: &str,
+    delays: &Arc<Vec<u64>>,
+    at: Option<u64>,
+) -> f64 {
+    let delays = Arc::clone(delays);
+    let connect = async || Queue::connect(&server.url(), name).await.unwrap();
+    fan_out(delays.len(), connect, move |queue, chunk| {
+        let delays = Arc::clone(&delays);
+        async move {
+            let ids: Vec<String> = chunk.iter().map(|i| i.to_string()).collect();
+            let jobs = ids.iter().zip(&chunk).map(|(id, &i)| {
+                let when = match at {
+                    Some(base) => When::At(UNIX_EPOCH + Duration::from_millis(base + delays[i])),
+                    None => When::After(Duration::from_millis(delays[i])),
+                };
+                (id.as_str(), when, &PAYLOAD[..])
+            });
+            let stored = queue.schedule_many(jobs).await.unwrap();
+            assert!(stored.iter().all(|&new| new));
+        }
+    })
+    .await
 }
 
 async fn start_workers(server: &support::Server, name: &str, tally: &Arc<Tally>) -> Vec<Worker> {

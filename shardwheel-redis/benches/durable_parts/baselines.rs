@@ -4,14 +4,9 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
-use futures_util::StreamExt;
-
-use super::{
-    IN_FLIGHT, PAYLOAD, PRODUCER_BATCH, PRODUCERS, Tally, cpu_seconds, now_ms, raw_conn, support,
-    unix_us,
-};
+use super::{PAYLOAD, Tally, cpu_seconds, fan_out, now_ms, raw_conn, support, unix_us};
 
 /// The naive producer: ZADD with due = this client's clock + delay, member = id, pipelined.
 pub(super) async fn produce_naive(
@@ -20,35 +15,24 @@ pub(super) async fn produce_naive(
     delays: &Arc<Vec<u64>>,
     at: Option<u64>,
 ) -> f64 {
-    let start = Instant::now();
-    let mut tasks = Vec::new();
-    for producer in 0..PRODUCERS {
-        let conn = raw_conn(&server.url()).await;
-        let delays = Arc::clone(delays);
-        let key = key.to_owned();
-        tasks.push(tokio::spawn(async move {
-            let indices: Vec<usize> = (producer..delays.len()).step_by(PRODUCERS).collect();
-            let (conn, delays, key) = (&conn, &delays, &key);
-            futures_util::stream::iter(indices.chunks(PRODUCER_BATCH))
-                .for_each_concurrent(IN_FLIGHT, |chunk| async move {
-                    let base = at.unwrap_or_else(now_ms);
-                    let mut pipe = redis::pipe();
-                    for &i in chunk {
-                        // The payload rides in the member, as naive queues do.
-                        let mut member = i.to_string().into_bytes();
-                        member.push(b':');
-                        member.extend_from_slice(PAYLOAD);
-                        pipe.zadd(key, member, base + delays[i]).ignore();
-                    }
-                    pipe.query_async::<()>(&mut conn.clone()).await.unwrap();
-                })
-                .await;
-        }));
-    }
-    for task in tasks {
-        task.await.unwrap();
-    }
-    start.elapsed().as_secs_f64()
+    let (delays, key) = (Arc::clone(delays), key.to_owned());
+    let connect = async || raw_conn(&server.url()).await;
+    fan_out(delays.len(), connect, move |conn, chunk| {
+        let (delays, key) = (Arc::clone(&delays), key.clone());
+        async move {
+            let base = at.unwrap_or_else(now_ms);
+            let mut pipe = redis::pipe();
+            for i in chunk {
+                // The payload rides in the member, as naive queues do.
+                let mut member = i.to_string().into_bytes();
+                member.push(b':');
+                member.extend_from_slice(PAYLOAD);
+                pipe.zadd(&key, member, base + delays[i]).ignore();
+            }
+            pipe.query_async::<()>(&mut (*conn).clone()).await.unwrap();
+        }
+    })
+    .await
 }
 
 /// The naive poller: every 100 ms, ZRANGEBYSCORE due <= now LIMIT 1000, then ZREM them,
@@ -116,48 +100,37 @@ pub(super) async fn floor(delays: &Arc<Vec<u64>>) -> (f64, f64) {
     let server = support::Server::start();
     let script = redis::Script::new(FLOOR_SCRIPT);
     let cpu_before = cpu_seconds(&server.url()).await;
-    let start = Instant::now();
-    let mut tasks = Vec::new();
-    for producer in 0..PRODUCERS {
-        let conn = raw_conn(&server.url()).await;
-        let delays = Arc::clone(delays);
-        let script = script.clone();
-        tasks.push(tokio::spawn(async move {
-            let indices: Vec<usize> = (producer..delays.len()).step_by(PRODUCERS).collect();
-            let (conn, script, delays) = (&conn, &script, &delays);
-            futures_util::stream::iter(indices.chunks(PRODUCER_BATCH))
-                .for_each_concurrent(IN_FLIGHT, |chunk| async move {
-                    let mut calls = Vec::new();
-                    for shard in 0..SHARDS {
-                        let mut invocation = script.prepare_invoke();
-                        invocation.key(format!("{{floor:{shard}}}"));
-                        let mut jobs: Vec<usize> = chunk
-                            .iter()
-                            .copied()
-                            .filter(|i| i % SHARDS == shard)
-                            .collect();
-                        jobs.sort_by_key(|&i| delays[i]);
-                        for i in jobs {
-                            invocation
-                                .arg(i)
-                                .arg(delays[i])
-                                .arg((i / SHARDS) % 1024)
-                                .arg(&PAYLOAD[..]);
-                        }
-                        let mut conn = conn.clone();
-                        calls.push(async move { invocation.invoke_async::<u64>(&mut conn).await });
-                    }
-                    for outcome in futures_util::future::join_all(calls).await {
-                        outcome.unwrap();
-                    }
-                })
-                .await;
-        }));
-    }
-    for task in tasks {
-        task.await.unwrap();
-    }
-    let seconds = start.elapsed().as_secs_f64();
+    let connect = async || raw_conn(&server.url()).await;
+    let shared = Arc::clone(delays);
+    let seconds = fan_out(delays.len(), connect, move |conn, chunk| {
+        let (script, delays) = (script.clone(), Arc::clone(&shared));
+        async move {
+            let mut calls = Vec::new();
+            for shard in 0..SHARDS {
+                let mut invocation = script.prepare_invoke();
+                invocation.key(format!("{{floor:{shard}}}"));
+                let mut jobs: Vec<usize> = chunk
+                    .iter()
+                    .copied()
+                    .filter(|i| i % SHARDS == shard)
+                    .collect();
+                jobs.sort_by_key(|&i| delays[i]);
+                for i in jobs {
+                    invocation
+                        .arg(i)
+                        .arg(delays[i])
+                        .arg((i / SHARDS) % 1024)
+                        .arg(&PAYLOAD[..]);
+                }
+                let mut conn = (*conn).clone();
+                calls.push(async move { invocation.invoke_async::<u64>(&mut conn).await });
+            }
+            for outcome in futures_util::future::join_all(calls).await {
+                outcome.unwrap();
+            }
+        }
+    })
+    .await;
     let cpu_after = cpu_seconds(&server.url()).await;
     let n = delays.len() as f64;
     (n / seconds, (cpu_after.1 - cpu_before.1) * 1e6 / n)
