@@ -78,6 +78,17 @@ pub(crate) enum Take {
     Closed,
 }
 
+/// What the owner found as it left its stage (see `Stage::leave`).
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Leave {
+    /// Out.
+    Left,
+    /// The reaper asked for the timers: the owner is still inside.
+    Asked,
+    /// The reaper asked as the owner left: it is out.
+    AskedAfter,
+}
+
 /// One producer thread's stage on one shard (see the module doc).
 #[derive(Debug)]
 pub struct Stage {
@@ -163,18 +174,26 @@ impl Stage {
         self.owner.store(asked << 1 | inside, Ordering::Relaxed);
     }
 
-    /// The owner gives the stage back; true if the reaper asked for its timers since the
-    /// owner last looked (`is_asked`), and the owner must enter again to hand them over.
+    /// The owner gives the stage back, unless the reaper asked for its timers: `Asked`
+    /// (still inside: hand them over, `answer`, and leave again), or `AskedAfter` (asked as
+    /// it left: enter again to hand them over).
     #[inline]
-    pub(crate) fn leave(&self) -> bool {
-        // Relaxed: the owner's own word.
+    pub(crate) fn leave(&self) -> Leave {
+        // Relaxed: the owner's own word; the request count as in `is_asked`.
         let inside = self.owner.load(Ordering::Relaxed);
-        // Release: publishes the contents to the reaper's Acquire in `try_take`.
+        if asks(self.reaper.load(Ordering::Relaxed)) != answered(inside) {
+            return Leave::Asked;
+        }
+        // Release: publishes the contents to the reaper's Acquire in `settle`.
         self.owner.store(inside & !INSIDE, Ordering::Release);
         // Dekker's handshake with a request (see the module doc).
         barrier::light();
         // Relaxed: as in `is_asked`.
-        asks(self.reaper.load(Ordering::Relaxed)) != answered(inside)
+        if asks(self.reaper.load(Ordering::Relaxed)) != answered(inside) {
+            Leave::AskedAfter
+        } else {
+            Leave::Left
+        }
     }
 
     /// The reaper gives the stage back.
@@ -356,12 +375,12 @@ mod tests {
         assert_eq!(asks(stage.reaper.load(Ordering::Relaxed)), 1);
         stage.answer();
         assert!(!stage.is_asked(), "the owner handed over");
-        assert!(!stage.leave(), "no request since");
+        assert_eq!(stage.leave(), Leave::Left, "no request since");
         assert_eq!(stage.try_take(), Take::Taken);
         assert!(!stage.try_own(), "the reaper holds it");
         stage.release();
         assert!(stage.try_own());
-        assert!(!stage.leave());
+        assert_eq!(stage.leave(), Leave::Left);
         assert_eq!(stage.try_take(), Take::Taken);
         stage.close();
         assert!(stage.is_closed());
@@ -370,18 +389,16 @@ mod tests {
     }
 
     #[test]
-    fn an_owner_that_missed_a_request_is_told_as_it_leaves() {
+    fn an_owner_asked_while_inside_hands_over_before_it_leaves() {
         let stage = Stage::new();
         assert!(stage.try_own());
-        // The reaper asks after the owner's look (`is_asked`) and before its leave.
-        assert!(!stage.is_asked());
         assert_eq!(stage.try_take(), Take::Asked);
-        assert!(stage.leave(), "the request is seen on the way out");
-        assert!(stage.try_own());
-        assert!(stage.is_asked());
+        assert_eq!(stage.leave(), Leave::Asked, "still inside, to hand over");
+        assert_eq!(stage.try_take(), Take::Asked, "the owner is inside");
         stage.answer();
-        assert!(!stage.leave());
+        assert_eq!(stage.leave(), Leave::Left);
         assert!(!stage.is_asked());
+        assert_eq!(stage.try_take(), Take::Taken);
     }
 
     #[test]

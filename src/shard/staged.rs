@@ -11,7 +11,7 @@ use super::{Refused, Shard};
 use crate::barrier;
 use crate::due::Due;
 use crate::slots::{self, CANCELLED, Freed, PENDING, QUEUED, RESETTING, STAGED, Slot, Slots};
-use crate::stage::{FREE_LEN, STAGE_LEN, Stage, Take};
+use crate::stage::{FREE_LEN, Leave, STAGE_LEN, Stage, Take};
 use crate::sync::{Ordering, thread};
 #[cfg(loom)]
 use loom::sync::MutexGuard;
@@ -103,7 +103,10 @@ impl<T> Shard<T> {
         };
         slot.state
             .store(slots::word(generation, PENDING) | STAGED, Ordering::Relaxed);
-        stage.set_hints(len, earliest.map_or(deadline, |min| min.min(deadline)));
+        match earliest {
+            Some(min) if min <= deadline => stage.set_len(len),
+            _ => stage.set_hints(len, deadline),
+        }
         if len == STAGE_LEN {
             self.hand_over(stage);
         }
@@ -131,12 +134,17 @@ impl<T> Shard<T> {
     /// stage meanwhile, which collects the timers itself).
     pub(super) fn leave(&self, stage: &Stage) {
         loop {
-            if stage.is_asked() {
-                self.hand_over(stage);
-                stage.answer();
-            }
-            if !stage.leave() || !stage.try_own() {
-                return;
+            match stage.leave() {
+                Leave::Left => return,
+                Leave::Asked => {
+                    self.hand_over(stage);
+                    stage.answer();
+                }
+                Leave::AskedAfter => {
+                    if !stage.try_own() {
+                        return;
+                    }
+                }
             }
         }
     }
