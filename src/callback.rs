@@ -6,7 +6,7 @@
 //! it is kept in an `Exclusive`, which no shared reference can reach into (the idea of
 //! std's unstable `std::sync::Exclusive`), so sharing a callback shares nothing of it.
 
-use crate::sleep::Alarm;
+use crate::alarm::Alarm;
 use exclusive::Exclusive;
 use std::fmt;
 

@@ -123,6 +123,7 @@ mod slab;
 mod wheel;
 
 cfg_engine! {
+    mod alarm;
     mod barrier;
     mod bound;
     mod callback;
@@ -156,9 +157,9 @@ mod hyper_timer;
 #[cfg(loom)]
 #[doc(hidden)]
 pub mod loom_api {
+    pub use crate::alarm::{Alarm, Listener, live as live_alarms, pair as alarm_pair};
     pub use crate::due::Due;
     pub use crate::shard::{Refused, Shard};
-    pub use crate::sleep::Shared as SleepShared;
     pub use crate::stage::Stage;
 }
 

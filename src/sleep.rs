@@ -12,121 +12,27 @@
 //! once costs no timer and no clock read at all (pingora-timeout's lesson: most timeouts
 //! never need one); nor does a deadline found passed at the first poll.
 //!
-//! The timer's callback owns one end of a `Shared`:
-//! a state byte and the waker of the task that awaits the sleep. Each poll registers its
-//! waker there (an `AtomicWaker`), so a task that moves to another waker keeps its timer.
-//! The callback marks the state and wakes; a sleep dropped before its deadline marks the
-//! state first, so that the cancelled callback, dropped later by the reaper, wakes nobody,
-//! and then cancels its timer in O(1).
+//! The sleep and its timer's callback share one allocation (see `alarm`): the waker of the
+//! task that awaits the sleep, and how the wait ended. The callback rings it; a sleep
+//! dropped before its deadline lets go of it first, so that the cancelled callback, dropped
+//! later, wakes nobody, and then cancels its timer in O(1). Each poll makes sure the alarm
+//! wakes the polling task, so a task that moves to another waker keeps its timer.
 
+use crate::alarm::{self, Listener};
 use crate::callback::Callback;
 use crate::error::SleepError;
 use crate::global::EngineRef;
 use crate::handle::TimerHandle;
-use crate::sync::{AtomicU8, AtomicWaker, Ordering};
 use crate::timer::Timer;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
-
-/// `Shared::state`: the timer has not ended yet.
-const WAITING: u8 = 0;
-/// The timer fired: the sleep is over.
-const FIRED: u8 = 1;
-/// The callback was dropped unrun: the timer shut down.
-const GONE: u8 = 2;
-/// The sleep let go of this timer (dropped, or re-armed on a new one): wake nobody.
-const ABANDONED: u8 = 3;
-
-/// What a sleep and its timer's callback share. Public only for the loom models (through
-/// `loom_api`).
-#[derive(Debug)]
-pub struct Shared {
-    state: AtomicU8,
-    waker: AtomicWaker,
-}
-
-impl Default for Shared {
-    fn default() -> Self {
-        Shared {
-            state: AtomicU8::new(WAITING),
-            waker: AtomicWaker::new(),
-        }
-    }
-}
-
-impl Shared {
-    /// The timer fired: the sleep is over; wakes its task.
-    pub fn fire(&self) {
-        self.settle(FIRED);
-    }
-
-    /// The sleep lets go of its timer: wakes nobody, now or later; gives its waker back.
-    pub fn abandon(&self) -> Option<Waker> {
-        self.settle(ABANDONED);
-        self.waker.take()
-    }
-
-    fn is_waiting(&self) -> bool {
-        // Relaxed: a hint; the reset that follows decides.
-        self.state.load(Ordering::Relaxed) == WAITING
-    }
-
-    /// Ends the wait as `to`, if it has not ended, and wakes the task if it is to look.
-    fn settle(&self, to: u8) {
-        // Relaxed: the state carries no data, only which way the wait ended; the waker's
-        // own synchronisation orders this store before the woken task's poll, as in
-        // `AtomicWaker`'s documented pattern (set the flag, then `wake`; `register`, then
-        // read the flag). One location, so racing settles agree on a single winner.
-        let settled = self
-            .state
-            .compare_exchange(WAITING, to, Ordering::Relaxed, Ordering::Relaxed)
-            .is_ok();
-        if settled && to != ABANDONED {
-            self.waker.wake();
-        }
-    }
-
-    /// How the wait ended, if it has, from a task polling with `cx`.
-    pub fn poll(&self, cx: &mut Context<'_>) -> Poll<Result<(), SleepError>> {
-        let ended = |state| match state {
-            FIRED => Poll::Ready(Ok(())),
-            GONE => Poll::Ready(Err(SleepError::Shutdown)),
-            _ => Poll::Pending,
-        };
-        // Relaxed, both: see `settle`.
-        if let Poll::Ready(done) = ended(self.state.load(Ordering::Relaxed)) {
-            return Poll::Ready(done);
-        }
-        self.waker.register(cx.waker());
-        ended(self.state.load(Ordering::Relaxed))
-    }
-}
-
-/// The timer's end of a `Shared`: the callback rings it; dropped unrun (the timer shut
-/// down, and its callbacks were dropped), it tells the sleep.
-pub(crate) struct Alarm(Arc<Shared>);
-
-impl Alarm {
-    pub(crate) fn ring(self) {
-        self.0.fire();
-    }
-}
-
-impl Drop for Alarm {
-    fn drop(&mut self) {
-        // After `ring`, or after the sleep abandoned it, this finds the wait ended and does
-        // nothing.
-        self.0.settle(GONE);
-    }
-}
 
 /// The timer of a polled sleep.
 struct Armed {
     handle: TimerHandle,
-    shared: Arc<Shared>,
+    listener: Listener,
 }
 
 /// A future that completes at a deadline, on a [`Timer`]; from [`Timer::sleep`] or
@@ -241,7 +147,7 @@ impl Sleep {
             // fails, and the next poll schedules a new one. A deadline already passed
             // needs no timer: the next poll finds it passed.
             if deadline > scheduler.now()
-                && armed.shared.is_waiting()
+                && armed.listener.ended().is_none()
                 && scheduler
                     .reset_due(armed.handle, scheduler.within(deadline, self.slack))
                     .is_ok()
@@ -265,7 +171,7 @@ impl Sleep {
     /// ```
     pub fn is_elapsed(&self) -> bool {
         match &self.armed {
-            Some(armed) => armed.shared.state.load(Ordering::Relaxed) == FIRED,
+            Some(armed) => matches!(armed.listener.ended(), Some(Ok(()))),
             None => match self.due {
                 Deadline::At(deadline) => deadline <= self.engine.scheduler().now(),
                 Deadline::AfterFirstPoll(delay) => delay.is_zero(),
@@ -283,11 +189,11 @@ impl Sleep {
 
     #[inline(never)]
     fn let_go(&self, armed: Armed) {
-        let waker = armed.shared.abandon();
-        self.engine.scheduler().cancel(armed.handle);
-        // The waker is dropped here, where its task runs, rather than by the reaper with
-        // the cancelled callback: the task's reference count stays in this core's cache.
-        drop(waker);
+        // The listener first, so that the cancelled callback wakes nobody; a timer whose
+        // wait ended has ended too, with nothing to cancel.
+        if armed.listener.leave().is_none() {
+            self.engine.scheduler().cancel(armed.handle);
+        }
     }
 }
 
@@ -296,8 +202,11 @@ impl Future for Sleep {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
-        if let Some(armed) = &this.armed {
-            return armed.shared.poll(cx);
+        if let Some(armed) = &mut this.armed {
+            return match armed.listener.listen(cx.waker()) {
+                Some(done) => Poll::Ready(done),
+                None => Poll::Pending,
+            };
         }
         let scheduler = this.engine.scheduler();
         let deadline = match this.due {
@@ -312,18 +221,16 @@ impl Future for Sleep {
             Deadline::At(deadline) if deadline <= scheduler.now() => return Poll::Ready(Ok(())),
             Deadline::At(deadline) => deadline,
         };
-        let shared = Arc::new(Shared::default());
-        // Before the timer exists, so that its fire finds the waker.
-        shared.waker.register(cx.waker());
-        let alarm = Alarm(Arc::clone(&shared));
+        let (listener, alarm) = alarm::pair(cx.waker().clone());
         match scheduler.insert_due(scheduler.within(deadline, this.slack), Callback::wake(alarm)) {
             Ok(handle) => {
-                this.armed = Some(Armed { handle, shared });
+                this.armed = Some(Armed { handle, listener });
                 Poll::Pending
             }
             Err(refused) => {
-                // The refused callback is dropped here: nobody is to be woken by it.
-                shared.abandon();
+                // The listener first: the refused callback, dropped with the error, wakes
+                // nobody.
+                drop(listener);
                 Poll::Ready(Err(refused.into()))
             }
         }

@@ -124,45 +124,6 @@ impl<T> SetOnce<T> {
     }
 }
 
-/// The waker of a task that waits on a sleep: registered by each poll, taken by a
-/// wake-up. atomic-waker's, or loom's model of one under loom.
-#[derive(Debug)]
-pub(crate) struct AtomicWaker(
-    #[cfg(loom)] loom::future::AtomicWaker,
-    #[cfg(not(loom))] atomic_waker::AtomicWaker,
-);
-
-impl AtomicWaker {
-    pub(crate) fn new() -> Self {
-        #[cfg(loom)]
-        return AtomicWaker(loom::future::AtomicWaker::new());
-        #[cfg(not(loom))]
-        return AtomicWaker(atomic_waker::AtomicWaker::new());
-    }
-
-    /// Makes `waker` the one to wake (a poll calls it, then looks at its flag again: a
-    /// wake-up racing it then wakes `waker` or is seen by the second look).
-    pub(crate) fn register(&self, waker: &std::task::Waker) {
-        #[cfg(loom)]
-        self.0.register_by_ref(waker);
-        #[cfg(not(loom))]
-        self.0.register(waker);
-    }
-
-    /// Wakes the registered waker, if any, and forgets it.
-    pub(crate) fn wake(&self) {
-        self.0.wake();
-    }
-
-    /// Takes the registered waker out, unwoken.
-    pub(crate) fn take(&self) -> Option<std::task::Waker> {
-        #[cfg(loom)]
-        return self.0.take_waker();
-        #[cfg(not(loom))]
-        return self.0.take();
-    }
-}
-
 /// Epoch-based reclamation for the slots' chunks: crossbeam-epoch's, or under loom and
 /// miri a model of it. crossbeam checks its own epoch with loom and miri; what the
 /// engine's models and miri tests check is where the engine pins and defers. Exploring
