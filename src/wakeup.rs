@@ -18,6 +18,15 @@
 //! producer sees the plan and unparks (an unpark before `park` makes `park` return at
 //! once). Fences rather than SeqCst accesses, because loom checks the fence form exactly
 //! (it treats SeqCst accesses as AcqRel), so the loom model checks this very code.
+//!
+//! Cancels need no deadline kept: while they keep coming the reaper sleeps with some
+//! waiting (it is *tidying*, and takes them every tidy interval, or when a backlog builds
+//! up), rather than running a pass for every few of them, which would pull the lines
+//! producers write (the lists' heads, the plan, the stages) to its core and back every
+//! few microseconds. A reset's change does carry a deadline, so a resetter raises a flag,
+//! `urgent`, before the same handshake (store, fence, load the plan), and the reaper, after
+//! its fence, sleeps with changes waiting only if the flag is down: either it sees the flag
+//! or the resetter sees the plan and wakes it for a deadline earlier than that.
 
 use crate::sync::{AtomicBool, AtomicU64, Ordering, SetOnce, fence, thread};
 
@@ -29,6 +38,8 @@ pub(crate) struct Wakeup {
     plan: AtomicU64,
     /// The reaper will wake within the tidy interval anyway: cancels need not wake it.
     tidying: AtomicBool,
+    /// A reset's change may be waiting: the reaper takes it before it sleeps (module doc).
+    urgent: AtomicBool,
     reaper: SetOnce<thread::Thread>,
 }
 
@@ -37,6 +48,7 @@ impl Wakeup {
         Wakeup {
             plan: AtomicU64::new(AWAKE),
             tidying: AtomicBool::new(false),
+            urgent: AtomicBool::new(false),
             reaper: SetOnce::new(),
         }
     }
@@ -72,6 +84,32 @@ impl Wakeup {
         if deadline < self.plan.load(Ordering::Relaxed) {
             self.wake();
         }
+    }
+
+    /// A resetter has pushed (or left queued) a change moving a timer to `deadline`: raises
+    /// the flag that keeps the reaper from sleeping with it waiting, and wakes the reaper
+    /// if it plans to sleep past the deadline (module doc).
+    pub(crate) fn notify_reset(&self, deadline: u64) {
+        // Release: a reaper whose `take_urgent` reads this also sees the push before it.
+        // The fence then orders the flag before the load of the plan, as a push's. A swap
+        // rather than a store: loom checks the fence handshake for a read-modify-write
+        // (as the inbox push), not for a plain store.
+        self.urgent.swap(true, Ordering::Release);
+        self.notify(deadline);
+    }
+
+    /// The reaper, starting a pass, lowers the flag before it takes the changes: a reset
+    /// whose flag it lowers here has its change taken now (the Acquire), and a later one
+    /// raises the flag again.
+    pub(crate) fn take_urgent(&self) {
+        self.urgent.swap(false, Ordering::Acquire);
+    }
+
+    /// Whether the reaper may sleep with changes waiting: it is tidying (it wakes within
+    /// the tidy interval) and no reset's change waits. Read after `plan_sleep`'s fence.
+    pub(crate) fn may_leave_changes(&self, tidying: bool) -> bool {
+        // Relaxed: ordered by the fences (module doc).
+        tidying && !self.urgent.load(Ordering::Relaxed)
     }
 
     /// Whether the reaper, as last seen, plans to sleep past `deadline`: a producer about

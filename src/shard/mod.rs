@@ -457,7 +457,7 @@ impl<T> Shard<T> {
                 return false;
             }
         }
-        self.wakeup.notify(deadline);
+        self.wakeup.notify_reset(deadline);
         // A cancel that came while the reset was under way won: the timer is gone.
         let reset = slots::split(before).1 == PENDING;
         // Relaxed: a count.

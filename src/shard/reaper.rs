@@ -120,7 +120,9 @@ impl<T> Shard<T> {
             now = now.max(clock::tick_at(elapsed(), self.tick_nanos));
             self.fire_due(due, now, elapsed, handler, freed);
         };
-        // Changes first, then arrivals: see the module doc.
+        // Changes first, then arrivals: see the module doc. A reset's flag comes down
+        // before its change is taken (see `wakeup`).
+        self.wakeup.take_urgent();
         let changes = self.changes.take_all();
         let arrivals = self.inbox.take_all();
         let arrived = self.arrive(due, arrivals, &mut freed, &mut catch_up);
@@ -221,11 +223,12 @@ impl<T> Shard<T> {
 
     /// The reaper's side of the park handshake: plans to sleep until `wake_at` (nanoseconds
     /// since the start; or, if `tidying`, no longer than `TIDY_INTERVAL`), and says whether
-    /// it may (nothing arrived meanwhile).
+    /// it may: nothing arrived meanwhile, and no change waits, unless it is tidying and none
+    /// of those waiting is a reset's (cancels wait for the tidy interval or a backlog).
     pub fn may_sleep(&self, due: &Due, wake_at: u64, tidying: bool) -> bool {
         self.wakeup.plan_sleep(wake_at, tidying);
         self.inbox.is_empty()
-            && self.changes.is_empty()
+            && (self.changes.is_empty() || self.wakeup.may_leave_changes(tidying))
             && !self.stages_due_before(due, wake_at)
             && !self.stopping.load(Ordering::Relaxed)
     }

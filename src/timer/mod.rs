@@ -290,9 +290,10 @@ impl<T: Send + 'static> Timer<T> {
     /// thread's batch for the reaper (see "Hand-over" in the type's docs), never reaches
     /// the reaper: its payload is dropped on the calling thread before `cancel` returns,
     /// and its slot is that thread's next. Otherwise the payload is dropped on the reaper,
-    /// which frees the slot on its next pass; except during a shutdown: a cancel that comes
-    /// after the reaper stopped taking cancels drops the payload itself, on the calling
-    /// thread, before it returns.
+    /// which frees the slot on its next pass (while cancels keep coming, it takes them in
+    /// batches: every 10 ms, or once 4,096 wait); except during a shutdown: a cancel that
+    /// comes after the reaper stopped taking cancels drops the payload itself, on the
+    /// calling thread, before it returns.
     ///
     /// ```
     /// use std::time::Duration;
