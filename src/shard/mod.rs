@@ -60,9 +60,15 @@ const SHRINK_INTERVAL: Duration = Duration::from_millis(1);
 const BATCH: u64 = 4096;
 
 /// Messages waiting in an inbox at which a producer wakes a sleeping reaper, whatever its
-/// plan: the reaper takes a backlog in batches as it builds up instead of in one long
-/// pass at its next deadline, late for everything due meanwhile.
+/// plan, and again at every multiple of it: the reaper takes a backlog in batches as it
+/// builds up instead of in one long pass at its next deadline, late for everything due
+/// meanwhile (and cancels that keep coming wait for no more than a few batches).
 const BACKLOG: u32 = 4096;
+
+/// Whether a push that found `waiting` messages waiting makes a backlog (see `BACKLOG`).
+fn is_backlog(waiting: u32) -> bool {
+    waiting != 0 && waiting.is_multiple_of(BACKLOG)
+}
 
 /// Why a schedule was refused; the payload is handed back.
 #[derive(Debug)]
@@ -300,7 +306,7 @@ impl<T> Shard<T> {
             return Err(Refused::Closed(payload));
         }
         self.wakeup.notify(deadline);
-        if waiting == Ok(BACKLOG) {
+        if waiting.is_ok_and(is_backlog) {
             self.wakeup.notify_backlog();
         }
         Ok((index, generation))
@@ -359,7 +365,7 @@ impl<T> Shard<T> {
         } else if current & (RESETTING | QUEUED) == 0 {
             match self.changes.push(index, &slot.change_link) {
                 Ok(0) => self.wakeup.notify_sleeping(),
-                Ok(BACKLOG) => self.wakeup.notify_backlog(),
+                Ok(waiting) if is_backlog(waiting) => self.wakeup.notify_backlog(),
                 Ok(_) => {}
                 // The reaper is winding up and will never take this change: the payload
                 // is the canceller's to drop (a periodic series' payload owns the shards,
