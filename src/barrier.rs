@@ -51,6 +51,7 @@ pub(crate) fn init() {
 }
 
 /// Whether the kernel accepted the registration (false before `init`).
+#[inline]
 fn asymmetric() -> bool {
     // Relaxed: see `init`.
     #[cfg(all(target_os = "linux", not(loom), not(miri)))]

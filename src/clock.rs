@@ -18,6 +18,7 @@
 use std::time::{Duration, Instant};
 
 /// A duration in nanoseconds, saturating at `u64::MAX` (584 years).
+#[inline]
 pub(crate) fn nanos(duration: Duration) -> u64 {
     u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
 }
@@ -43,6 +44,7 @@ pub(crate) fn tick_of(deadline: u64, tick_nanos: u64) -> u64 {
 /// timers whose deadlines fall in one step share the rounded deadline, so the reaper fires
 /// them in one wake-up. Zero slack (or a rounding past the end of the range) leaves the
 /// deadline as it is.
+#[inline]
 pub(crate) fn within(deadline: u64, slack: u64, tick_nanos: u64) -> u64 {
     let step = if slack >= tick_nanos {
         // The largest `tick << k` not above `slack`, without a division (the one below
@@ -77,6 +79,7 @@ pub(crate) struct Clock {
 
 /// The monotonic clock (`Instant`'s on Linux), in nanoseconds.
 #[cfg(all(target_os = "linux", not(miri)))]
+#[inline]
 fn monotonic_nanos() -> u64 {
     let mut now = libc::timespec {
         tv_sec: 0,
@@ -111,6 +114,7 @@ impl Clock {
     }
 
     /// Nanoseconds since the start.
+    #[inline]
     pub(crate) fn elapsed(&self) -> u64 {
         #[cfg(all(target_os = "linux", not(miri)))]
         return monotonic_nanos().saturating_sub(self.start_nanos);
@@ -134,6 +138,7 @@ impl Clock {
     }
 
     /// The deadline of `instant`; instants before the start are due at once.
+    #[inline]
     pub(crate) fn deadline_at(&self, instant: Instant) -> u64 {
         nanos(instant.saturating_duration_since(self.start))
     }

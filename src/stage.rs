@@ -38,6 +38,12 @@
 //! reaper stores the plan, issues a SeqCst fence and reads the stages' `len` and `min`.
 //! A thread that exits leaves its stage to the reaper, which collects it and forgets it
 //! (`let_go`): the plan already covers its timers.
+//!
+//! The owner's steps are `#[inline]`, as are the few-instruction helpers they use elsewhere
+//! (`barrier::light`, `Wakeup::plans_past`, `Pin::for_slot`): a shard is generic over its
+//! payload, so its schedule and cancel are compiled in the user's crate, where a call to a
+//! function of this crate not marked so is never inlined (and its call costs more than
+//! its body).
 
 use crate::barrier;
 use crate::sync::{AtomicBool, AtomicU32, AtomicU64, Ordering, UnsafeCell};
@@ -311,23 +317,27 @@ impl Stage {
 
     /// The holder records how many timers are staged, the earliest deadline left as it
     /// was (a timer taken out leaves a hint that may be early, never late).
+    #[inline]
     pub(crate) fn set_len(&self, len: usize) {
         // Relaxed: as in `set_hints`.
         self.len.store(len as u32, Ordering::Relaxed);
     }
 
     /// The earliest deadline staged, as last recorded; `None` if nothing is staged.
+    #[inline]
     pub(crate) fn min(&self) -> Option<u64> {
         // Relaxed: as in `set_hints`.
         (self.len.load(Ordering::Relaxed) != 0).then(|| self.min.load(Ordering::Relaxed))
     }
 
     /// The owner counts a timer it scheduled on the stage's shard. Owner only.
+    #[inline]
     pub(crate) fn count_scheduled(&self) {
         bump(&self.scheduled);
     }
 
     /// The owner counts a timer it cancelled on the stage's shard. Owner only.
+    #[inline]
     pub(crate) fn count_cancelled(&self) {
         bump(&self.cancelled);
     }
@@ -356,6 +366,7 @@ impl Stage {
 
 /// Adds one to a count only one thread writes: a load and a store, which cost a fraction
 /// of a read-modify-write.
+#[inline]
 fn bump(count: &AtomicU64) {
     // Relaxed: a count; its one writer reads its own last store.
     count.store(count.load(Ordering::Relaxed) + 1, Ordering::Relaxed);

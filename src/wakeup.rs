@@ -115,6 +115,7 @@ impl Wakeup {
     /// Whether the reaper, as last seen, plans to sleep past `deadline`: a producer about
     /// to stage a timer due then hands it over at once instead. A hint; `sleeps_past`
     /// decides.
+    #[inline]
     pub(crate) fn plans_past(&self, deadline: u64) -> bool {
         // Relaxed: a hint, as said.
         deadline < self.plan.load(Ordering::Relaxed)

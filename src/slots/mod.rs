@@ -204,6 +204,7 @@ impl Pin {
     pub(crate) const NONE: Pin = Pin(None);
 
     /// A pin that covers slot `index`.
+    #[inline]
     pub(crate) fn for_slot(index: u32) -> Pin {
         let mut pin = Pin::NONE;
         pin.cover(index);
@@ -211,6 +212,7 @@ impl Pin {
     }
 
     /// Pins now if slot `index` needs it and this does not pin yet.
+    #[inline]
     pub(crate) fn cover(&mut self, index: u32) {
         if self.0.is_none() && !kept(index) {
             self.0 = Some(epoch::pin());
@@ -224,6 +226,7 @@ impl Pin {
 }
 
 /// Whether slot `index` lies in a chunk the shard never gives back (see `Pin`).
+#[inline]
 fn kept(index: u32) -> bool {
     index < first_index(shrink::KEEP_CHUNKS)
 }
