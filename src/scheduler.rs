@@ -2,10 +2,12 @@
 //! shards: its shards, its clock, and its id. Cheap to clone (it shares the shards), so
 //! that a periodic timer's callback can reschedule itself from a reaper thread.
 //!
-//! Each thread schedules on one shard, through a stage of its own there (see `stage`),
-//! which it finds in a thread-local list keyed by the timer's id and the shard (ids are
-//! never reused, so an entry never names another timer's shard). A thread that exits
-//! drops its list, letting go of its stages, which the reapers then collect.
+//! Each thread schedules on one shard, through a stage of its own there (see `stage`).
+//! One thread-local record holds both its turn (which shard) and its list of stages,
+//! keyed by the timer's id and the shard (ids are never reused, so an entry never names
+//! another timer's shard). The record has no destructor, so that reaching it costs no
+//! check; a second thread-local, set up with the thread's first stage, empties the list as
+//! the thread exits, letting go of its stages, which the reapers then collect.
 
 use crate::clock::{self, Clock};
 use crate::error::{ScheduleError, StaleHandle};
@@ -13,6 +15,7 @@ use crate::handle::TimerHandle;
 use crate::shard::{Refused, Shard};
 use crate::stage::Stage;
 use std::cell::{Cell, RefCell};
+use std::mem::ManuallyDrop;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -42,10 +45,41 @@ impl<T: Send + 'static> Clone for Scheduler<T> {
 static NEXT_PRODUCER: AtomicUsize = AtomicUsize::new(0);
 
 thread_local! {
+    /// This thread's record as a producer: one lookup finds both its shard and its stage
+    /// there. It has no destructor (its list is `ManuallyDrop`), so reaching it costs no
+    /// check of whether it is alive, and it can be reached even as the thread exits, when
+    /// `EXIT` has emptied it.
+    static PRODUCER: Producer = const {
+        Producer {
+            turn: Cell::new(None),
+            stages: RefCell::new(ManuallyDrop::new(Vec::new())),
+        }
+    };
+    /// Lets go of this thread's stages when it exits: set up with its first stage.
+    static EXIT: Exit = const { Exit };
+}
+
+/// A thread's record as a producer.
+struct Producer {
     /// This thread's shard, modulo the shard count: assigned once, kept after.
-    static PRODUCER: Cell<Option<usize>> = const { Cell::new(None) };
-    /// This thread's stages, one per shard it schedules on.
-    static STAGES: RefCell<Vec<Staging>> = const { RefCell::new(Vec::new()) };
+    turn: Cell<Option<usize>>,
+    /// This thread's stages, one per shard it schedules on, let go of by `Exit`.
+    stages: RefCell<ManuallyDrop<Vec<Staging>>>,
+}
+
+/// Lets go of the thread's stages as it exits (see `PRODUCER`).
+struct Exit;
+
+impl Drop for Exit {
+    fn drop(&mut self) {
+        producer(|producer| {
+            // Nothing holds the list while thread-local destructors run one after the
+            // other; were it held, its stages would stay (a leak, not a fault).
+            if let Ok(mut stages) = producer.stages.try_borrow_mut() {
+                drop(std::mem::take(&mut **stages));
+            }
+        });
+    }
 }
 
 /// A thread's stage on a shard of a timer, which it lets go of when the thread exits.
@@ -61,24 +95,62 @@ impl Drop for Staging {
     }
 }
 
-/// Runs `f` with this thread's stage on shard `shard` of timer `timer`, registering one
-/// with `register` if it has none; with none if it cannot have one (the shard shut down,
-/// the thread is exiting, or a payload's `Drop` schedules from inside `f`).
-fn with_stage<R>(
-    timer: u64,
-    shard: usize,
-    register: impl FnOnce() -> Option<Arc<Stage>>,
-    f: impl FnOnce(Option<&Stage>) -> R,
-) -> R {
-    let mut f = Some(f);
-    let mut run = |stage: Option<&Stage>| (f.take().expect("runs once"))(stage);
-    let done = STAGES.try_with(|stages| {
-        if let Ok(list) = stages.try_borrow()
+/// Runs `f` with this thread's record as a producer.
+#[inline]
+fn producer<R>(f: impl FnOnce(&Producer) -> R) -> R {
+    // `try_with`, which is `#[inline]` (`with` is not, and a call to it reaches the record
+    // through a function pointer); it cannot fail, as the record has no destructor.
+    PRODUCER
+        .try_with(f)
+        .expect("a thread-local without a destructor is always there")
+}
+
+impl Producer {
+    /// This thread's shard among `shards`.
+    #[inline]
+    fn shard(&self, shards: usize) -> usize {
+        self.turn.get().unwrap_or_else(|| self.take_turn()) % shards
+    }
+
+    #[cold]
+    fn take_turn(&self) -> usize {
+        let turn = NEXT_PRODUCER.fetch_add(1, Ordering::Relaxed);
+        self.turn.set(Some(turn));
+        turn
+    }
+
+    /// Runs `f` with this thread's stage on shard `shard` of timer `timer`, registering
+    /// one with `register` if it has none; with none if it cannot have one (the shard shut
+    /// down, the thread is exiting, or a payload's `Drop` schedules from inside `f`).
+    #[inline]
+    fn with_stage<R>(
+        &self,
+        timer: u64,
+        shard: usize,
+        register: impl FnOnce() -> Option<Arc<Stage>>,
+        f: impl FnOnce(Option<&Stage>) -> R,
+    ) -> R {
+        if let Ok(list) = self.stages.try_borrow()
             && let Some(found) = list.iter().find(|s| s.timer == timer && s.shard == shard)
         {
-            return Some(run(Some(&found.stage)));
+            return f(Some(&found.stage));
         }
-        let mut list = stages.try_borrow_mut().ok()?;
+        f(self.register(timer, shard, register).as_deref())
+    }
+
+    /// Registers a stage on shard `shard` of timer `timer` for this thread (see
+    /// `with_stage`).
+    #[cold]
+    #[inline(never)]
+    fn register(
+        &self,
+        timer: u64,
+        shard: usize,
+        register: impl FnOnce() -> Option<Arc<Stage>>,
+    ) -> Option<Arc<Stage>> {
+        let mut list = self.stages.try_borrow_mut().ok()?;
+        // A thread that is exiting keeps no stage: `Exit` would not let go of it.
+        EXIT.try_with(|_| ()).ok()?;
         let stage = register()?;
         // Stages of timers that shut down are forgotten as new ones come.
         list.retain(|staging| !staging.stage.is_closed());
@@ -87,12 +159,7 @@ fn with_stage<R>(
             shard,
             stage: Arc::clone(&stage),
         });
-        drop(list);
-        Some(run(Some(&stage)))
-    });
-    match done {
-        Ok(Some(result)) => result,
-        _ => run(None),
+        Some(stage)
     }
 }
 
@@ -100,7 +167,7 @@ fn with_stage<R>(
 /// from now on, rather than on the next shard in turn: a reaper keeps to its own, so that
 /// a callback's timers stay on its core and the producers' turns stay spread.
 pub(crate) fn keep_to_shard(index: usize) {
-    PRODUCER.with(|producer| producer.set(Some(index)));
+    producer(|producer| producer.turn.set(Some(index)));
 }
 
 impl<T: Send + 'static> Scheduler<T> {
@@ -162,33 +229,25 @@ impl<T: Send + 'static> Scheduler<T> {
         deadline: u64,
         payload: T,
     ) -> Result<TimerHandle, ScheduleError<T>> {
-        let shard = self.producer_shard();
-        let on = &self.shards[shard];
-        let scheduled = with_stage(
-            self.id,
-            shard,
-            || on.register_stage(),
-            |stage| match stage {
-                Some(stage) => on.schedule_staged(stage, deadline, payload),
-                None => on.schedule(deadline, payload),
-            },
-        );
+        let (shard, scheduled) = producer(|producer| {
+            let shard = producer.shard(self.shards.len());
+            let on = &self.shards[shard];
+            let scheduled = producer.with_stage(
+                self.id,
+                shard,
+                || on.register_stage(),
+                |stage| match stage {
+                    Some(stage) => on.schedule_staged(stage, deadline, payload),
+                    None => on.schedule(deadline, payload),
+                },
+            );
+            (shard, scheduled)
+        });
         match scheduled {
             Ok((slot, generation)) => Ok(TimerHandle::new(self.id, shard as u32, slot, generation)),
             Err(Refused::Full(payload)) => Err(ScheduleError::Full(payload)),
             Err(Refused::Closed(payload)) => Err(ScheduleError::Shutdown(payload)),
         }
-    }
-
-    fn producer_shard(&self) -> usize {
-        PRODUCER.with(|producer| {
-            let index = producer.get().unwrap_or_else(|| {
-                let index = NEXT_PRODUCER.fetch_add(1, Ordering::Relaxed);
-                producer.set(Some(index));
-                index
-            });
-            index % self.shards.len()
-        })
     }
 
     /// This timer's shard that `handle` names, if it is one of this timer's handles.
@@ -205,12 +264,14 @@ impl<T: Send + 'static> Scheduler<T> {
             return false;
         };
         let (slot, generation) = (handle.slot(), handle.generation());
-        with_stage(
-            self.id,
-            handle.shard() as usize,
-            || None,
-            |stage| shard.cancel_from(stage, slot, generation),
-        )
+        producer(|producer| {
+            producer.with_stage(
+                self.id,
+                handle.shard() as usize,
+                || None,
+                |stage| shard.cancel_from(stage, slot, generation),
+            )
+        })
     }
 
     /// See [`Timer::reset`](crate::Timer::reset).
