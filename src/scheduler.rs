@@ -14,7 +14,7 @@ use crate::error::{ScheduleError, StaleHandle};
 use crate::handle::TimerHandle;
 use crate::shard::{Refused, Shard};
 use crate::stage::Stage;
-use std::cell::{Cell, RefCell};
+use std::cell::{Cell, Ref, RefCell};
 use std::mem::ManuallyDrop;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -119,44 +119,33 @@ impl Producer {
         turn
     }
 
-    /// Runs `f` with this thread's stage on shard `shard` of timer `timer`, registering
-    /// one with `register` if it has none; with none if it cannot have one (the shard shut
-    /// down, the thread is exiting, or a payload's `Drop` schedules from inside `f`).
+    /// This thread's stage on shard `shard` of timer `timer`, if it has one.
     #[inline]
-    fn with_stage<R>(
-        &self,
-        timer: u64,
-        shard: usize,
-        register: impl FnOnce() -> Option<Arc<Stage>>,
-        f: impl FnOnce(Option<&Stage>) -> R,
-    ) -> R {
-        if let Ok(list) = self.stages.try_borrow()
-            && let Some(found) = list.iter().find(|s| s.timer == timer && s.shard == shard)
-        {
-            return f(Some(&found.stage));
-        }
-        f(self.register(timer, shard, register).as_deref())
+    fn stage(&self, timer: u64, shard: usize) -> Option<Ref<'_, Stage>> {
+        // The list is borrowed mutably only by `register`, which runs no user code.
+        let list = self.stages.try_borrow().ok()?;
+        Ref::filter_map(list, |list| {
+            let found = list.iter().find(|s| s.timer == timer && s.shard == shard);
+            found.map(|staging| &*staging.stage)
+        })
+        .ok()
     }
 
-    /// Registers a stage on shard `shard` of timer `timer` for this thread (see
-    /// `with_stage`).
+    /// Registers a stage on `shard`, shard `index` of timer `timer`, for this thread;
+    /// none if it cannot have one (the shard shut down, the thread is exiting, or a
+    /// payload's `Drop` schedules from inside a schedule or cancel that holds the list).
     #[cold]
     #[inline(never)]
-    fn register(
-        &self,
-        timer: u64,
-        shard: usize,
-        register: impl FnOnce() -> Option<Arc<Stage>>,
-    ) -> Option<Arc<Stage>> {
+    fn register<T>(&self, timer: u64, index: usize, shard: &Shard<T>) -> Option<Arc<Stage>> {
         let mut list = self.stages.try_borrow_mut().ok()?;
         // A thread that is exiting keeps no stage: `Exit` would not let go of it.
         EXIT.try_with(|_| ()).ok()?;
-        let stage = register()?;
+        let stage = shard.register_stage()?;
         // Stages of timers that shut down are forgotten as new ones come.
         list.retain(|staging| !staging.stage.is_closed());
         list.push(Staging {
             timer,
-            shard,
+            shard: index,
             stage: Arc::clone(&stage),
         });
         Some(stage)
@@ -232,15 +221,19 @@ impl<T: Send + 'static> Scheduler<T> {
         let (shard, scheduled) = producer(|producer| {
             let shard = producer.shard(self.shards.len());
             let on = &self.shards[shard];
-            let scheduled = producer.with_stage(
-                self.id,
-                shard,
-                || on.register_stage(),
-                |stage| match stage {
-                    Some(stage) => on.schedule_staged(stage, deadline, payload),
-                    None => on.schedule(deadline, payload),
-                },
-            );
+            let found = producer.stage(self.id, shard);
+            let registered;
+            let stage = match &found {
+                Some(stage) => Some(&**stage),
+                None => {
+                    registered = producer.register(self.id, shard, on);
+                    registered.as_deref()
+                }
+            };
+            let scheduled = match stage {
+                Some(stage) => on.schedule_staged(stage, deadline, payload),
+                None => on.schedule(deadline, payload),
+            };
             (shard, scheduled)
         });
         match scheduled {
@@ -265,12 +258,8 @@ impl<T: Send + 'static> Scheduler<T> {
         };
         let (slot, generation) = (handle.slot(), handle.generation());
         producer(|producer| {
-            producer.with_stage(
-                self.id,
-                handle.shard() as usize,
-                || None,
-                |stage| shard.cancel_from(stage, slot, generation),
-            )
+            let stage = producer.stage(self.id, handle.shard() as usize);
+            shard.cancel_from(stage.as_deref(), slot, generation)
         })
     }
 

@@ -59,7 +59,9 @@ impl<T> Shard<T> {
 
     /// Schedules `payload`, due at `deadline`, on `stage` (the calling thread's own): as
     /// `schedule`, but the timer waits in the stage unless it is due before the reaper's
-    /// planned wake-up, or the stage is full.
+    /// planned wake-up, or the stage is full. (Inlined into the caller's schedule, with the
+    /// rare steps out of line.)
+    #[inline]
     pub fn schedule_staged(
         &self,
         stage: &Stage,
@@ -68,9 +70,7 @@ impl<T> Shard<T> {
     ) -> Result<(u32, u32), Refused<T>> {
         let payload = self.admit(payload)?;
         if self.wakeup.plans_past(deadline) || !stage.try_own() {
-            let scheduled = self.schedule_admitted(deadline, payload)?;
-            stage.count_scheduled();
-            return Ok(scheduled);
+            return self.schedule_unstaged(stage, deadline, payload);
         }
         // SAFETY: taken just above.
         let free = unsafe { stage.with(|held| held.free.pop()) };
@@ -80,9 +80,7 @@ impl<T> Shard<T> {
             None => self.slots.take(),
         };
         let Some((index, slot)) = taken else {
-            self.leave(stage);
-            self.discharge();
-            return Err(Refused::Full(payload));
+            return self.refuse_staged(stage, payload);
         };
         // Relaxed: the slot is ours (see `schedule_admitted`).
         let (generation, _) = slots::split(slot.state.load(Ordering::Relaxed));
@@ -117,24 +115,68 @@ impl<T> Shard<T> {
         // handshake (the reaper wakes for it, and collects the whole stage then, or its
         // owner handed it over and the stage was empty).
         if earliest.is_none_or(|min| deadline < min) && self.wakeup.sleeps_past(deadline) {
-            if stage.try_own() {
-                self.hand_over(stage);
-                self.leave(stage);
-            }
-            // Otherwise the reaper took the stage after this timer was staged in it: it
-            // has it, and may be about to sleep past it.
-            self.wakeup.wake();
+            self.hand_over_to_sleeper(stage);
         }
         stage.count_scheduled();
         Ok((index, generation))
     }
 
+    /// `schedule_staged` for a timer due before the reaper's planned wake-up, or while the
+    /// reaper holds the stage: straight to the inbox.
+    #[cold]
+    #[inline(never)]
+    fn schedule_unstaged(
+        &self,
+        stage: &Stage,
+        deadline: u64,
+        payload: T,
+    ) -> Result<(u32, u32), Refused<T>> {
+        let scheduled = self.schedule_admitted(deadline, payload)?;
+        stage.count_scheduled();
+        Ok(scheduled)
+    }
+
+    /// `schedule_staged` with no slot to be had: the owner gives the stage and the timer's
+    /// place under the bound back.
+    #[cold]
+    #[inline(never)]
+    fn refuse_staged(&self, stage: &Stage, payload: T) -> Result<(u32, u32), Refused<T>> {
+        self.leave(stage);
+        self.discharge();
+        Err(Refused::Full(payload))
+    }
+
+    /// The owner staged a timer the reaper plans to sleep past: hands its stage over and
+    /// wakes the reaper.
+    #[cold]
+    #[inline(never)]
+    fn hand_over_to_sleeper(&self, stage: &Stage) {
+        if stage.try_own() {
+            self.hand_over(stage);
+            self.leave(stage);
+        }
+        // Otherwise the reaper took the stage after this timer was staged in it: it has
+        // it, and may be about to sleep past it.
+        self.wakeup.wake();
+    }
+
     /// The owner gives its stage back, handing its timers over first if the reaper asked
     /// (before it left, or as it left: then it enters again, unless the reaper took the
     /// stage meanwhile, which collects the timers itself).
+    #[inline]
     pub(super) fn leave(&self, stage: &Stage) {
+        let left = stage.leave();
+        if left != Leave::Left {
+            self.leave_asked(stage, left);
+        }
+    }
+
+    /// `leave`, once the reaper asked for the timers (`left` says when, see `Stage::leave`).
+    #[cold]
+    #[inline(never)]
+    fn leave_asked(&self, stage: &Stage, mut left: Leave) {
         loop {
-            match stage.leave() {
+            match left {
                 Leave::Left => return,
                 Leave::Asked => {
                     self.hand_over(stage);
@@ -146,6 +188,7 @@ impl<T> Shard<T> {
                     }
                 }
             }
+            left = stage.leave();
         }
     }
 
