@@ -299,9 +299,7 @@ impl<T> Shard<T> {
             // The reaper is gone: the slot was never published, so it is still ours.
             // SAFETY: written above and not published, so initialised and read once here.
             let payload = unsafe { slot.take_payload() };
-            let mut freed = Freed::new();
-            self.slots.release(index, slot, generation, &mut freed);
-            self.slots.recycle(&mut freed);
+            self.release_now(index, slot, generation);
             self.discharge();
             return Err(Refused::Closed(payload));
         }
@@ -310,6 +308,17 @@ impl<T> Shard<T> {
             self.wakeup.notify_backlog();
         }
         Ok((index, generation))
+    }
+
+    /// Frees slot `index` of generation `generation`, whose payload its owner took (a
+    /// producer's slot it never published, or one it reclaimed from its stage), onto the
+    /// free stack at once.
+    #[cold]
+    #[inline(never)]
+    fn release_now(&self, index: u32, slot: &Slot<T>, generation: u32) {
+        let mut freed = Freed::new();
+        self.slots.release(index, slot, generation, &mut freed);
+        self.slots.recycle(&mut freed);
     }
 
     /// Cancels the timer in slot `index` of generation `generation`; true if it was pending

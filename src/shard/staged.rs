@@ -11,7 +11,7 @@ use super::{Refused, Shard};
 use crate::barrier;
 use crate::due::Due;
 use crate::slots::{self, CANCELLED, Freed, PENDING, QUEUED, RESETTING, STAGED, Slot, Slots};
-use crate::stage::{FREE_LEN, Leave, STAGE_LEN, Stage, Take};
+use crate::stage::{FREE_LEN, Held, Leave, STAGE_LEN, Stage, Take};
 use crate::sync::{Ordering, thread};
 #[cfg(loom)]
 use loom::sync::MutexGuard;
@@ -218,17 +218,34 @@ impl<T> Shard<T> {
         self.wakeup.notify_backlog();
     }
 
-    /// Takes the payload of a staged slot that was cancelled and frees the slot into the
-    /// stage's `free` slots (or `spill`, if they are full), if no change and no reset
+    /// The owner cancelled the timer of generation `generation` in slot `index` while it
+    /// was staged: if it is still in `stage`, takes it out, and its slot for the owner's
+    /// next timer; returns the payload to drop.
+    #[inline]
+    pub(super) fn reclaim(&self, stage: &Stage, index: u32, slot: &Slot<T>) -> Option<T> {
+        if !stage.try_own() {
+            return None;
+        }
+        // SAFETY: taken just above.
+        let payload = unsafe { stage.with(|held| self.unstage(stage, held, index, slot)) };
+        self.leave(stage);
+        payload
+    }
+
+    /// `reclaim`'s work on the contents `held` of `stage`, held by its owner: takes the
+    /// payload of staged slot `index` if it was cancelled, and frees the slot into the
+    /// stage's free slots (or the shard's, if those are full), if no change and no reset
     /// holds it; `None` (and nothing done) otherwise. (A staged timer cancelled by another
     /// thread the reaper frees when it takes it in.)
-    fn reclaim_slot(
-        &self,
-        free: &mut Vec<u32>,
-        index: u32,
-        slot: &Slot<T>,
-        spill: &mut Freed,
-    ) -> Option<T> {
+    #[inline]
+    fn unstage(&self, stage: &Stage, held: &mut Held, index: u32, slot: &Slot<T>) -> Option<T> {
+        // Relaxed: the slot's place was written by this thread when it staged it. If the
+        // slot is no longer in this stage, the check below fails: a slot is in one stage at
+        // most, only the owner puts it there, and it is not staging now.
+        let place = slot.link.load(Ordering::Relaxed) as usize;
+        if held.staged.get(place) != Some(&index) {
+            return None;
+        }
         // Acquire: pairs with the reaper's Release as it clears `QUEUED`, after its last
         // read of the slot's `change_link`, which a later timer in the slot may write.
         let word = slot.state.load(Ordering::Acquire);
@@ -240,52 +257,22 @@ impl<T> Shard<T> {
         // SAFETY: the slot is staged here, so no reaper has seen it, and it is cancelled
         // with no change or reset on it: nobody else takes its payload or touches it.
         let payload = unsafe { slot.take_payload() };
-        if free.len() < FREE_LEN {
+        if held.free.len() < FREE_LEN {
             if Slots::renew(slot, generation) {
-                free.push(index);
+                held.free.push(index);
             }
         } else {
-            self.slots.release(index, slot, generation, spill);
+            self.release_now(index, slot, generation);
         }
+        held.staged.swap_remove(place);
+        if let Some(&moved) = held.staged.get(place) {
+            // Relaxed: as above.
+            self.staged_slot(moved)
+                .link
+                .store(place as u32, Ordering::Relaxed);
+        }
+        stage.set_len(held.staged.len());
         Some(payload)
-    }
-
-    /// The owner cancelled the timer of generation `generation` in slot `index` while it
-    /// was staged: if it is still in `stage`, takes it out, and its slot for the owner's
-    /// next timer; returns the payload to drop.
-    pub(super) fn reclaim(&self, stage: &Stage, index: u32, slot: &Slot<T>) -> Option<T> {
-        if !stage.try_own() {
-            return None;
-        }
-        let mut spill = Freed::new();
-        // SAFETY: taken just above.
-        let (payload, len) = unsafe {
-            stage.with(|held| {
-                // Relaxed: the slot's place was written by this thread when it staged it.
-                // If the slot is no longer in this stage, the check below fails: a slot is
-                // in one stage at most, only the owner puts it there, and it is not
-                // staging now.
-                let place = slot.link.load(Ordering::Relaxed) as usize;
-                if held.staged.get(place) != Some(&index) {
-                    return (None, held.staged.len());
-                }
-                let payload = self.reclaim_slot(&mut held.free, index, slot, &mut spill);
-                if payload.is_some() {
-                    held.staged.swap_remove(place);
-                    if let Some(&moved) = held.staged.get(place) {
-                        // Relaxed: as above.
-                        self.staged_slot(moved)
-                            .link
-                            .store(place as u32, Ordering::Relaxed);
-                    }
-                }
-                (payload, held.staged.len())
-            })
-        };
-        stage.set_len(len);
-        self.slots.recycle(&mut spill);
-        self.leave(stage);
-        payload
     }
 
     /// A slot in a stage held by the caller.
