@@ -272,3 +272,35 @@ impl<T: Send + 'static> Scheduler<T> {
             .ok_or(StaleHandle)
     }
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use std::thread;
+
+    /// The thread's stages.
+    fn stages() -> Vec<Arc<Stage>> {
+        producer(|producer| {
+            let list = producer.stages.borrow();
+            list.iter().map(|staging| Arc::clone(&staging.stage)).collect()
+        })
+    }
+
+    #[test]
+    fn a_thread_that_exits_lets_go_of_its_stages() {
+        let timer = crate::Timer::builder().shards(2).manual().build().unwrap();
+        let (first, second) = (timer.clone(), timer.clone());
+        let stages = thread::spawn(move || {
+            first.schedule(Duration::from_secs(1), || {}).unwrap();
+            second.schedule(Duration::from_secs(2), || {}).unwrap();
+            let stages = stages();
+            assert!(stages.iter().all(|stage| !stage.is_gone()));
+            stages
+        })
+        .join()
+        .unwrap();
+        assert_eq!(stages.len(), 1, "one stage for the thread's shard of the timer");
+        assert!(stages[0].is_gone(), "let go of as the thread exited");
+        assert_eq!(timer.pending(), 2, "its timers stay");
+    }
+}
