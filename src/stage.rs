@@ -46,6 +46,7 @@
 //! its body).
 
 use crate::barrier;
+use crate::slots::{CHUNKS, chunk_of};
 use crate::sync::{AtomicBool, AtomicU32, AtomicU64, Ordering, UnsafeCell};
 
 /// Timers a stage holds before its owner hands them over (2 under loom, so that a model
@@ -129,6 +130,39 @@ pub(crate) struct Held {
     pub(crate) staged: Vec<u32>,
     /// Free slots for the owner to take first.
     pub(crate) free: Vec<u32>,
+    /// How many of those two lie in each chunk of the shard's slots.
+    pub(crate) chunks: Chunks,
+}
+
+/// How many of a stage's slots (staged and free) lie in each chunk of its shard's slots.
+/// The reaper gives a chunk back only once it holds every slot the chunk handed out, so
+/// while the stage is held, no chunk it has a slot of goes: its holder may look at any
+/// slot there without pinning the epoch (the owner's cancel does, see
+/// `Shard::cancel_owned`). Counted by whoever holds the stage as slots come from the shard
+/// and leave to it.
+#[derive(Debug, Default)]
+pub(crate) struct Chunks([u32; CHUNKS]);
+
+impl Chunks {
+    /// Slot `index` came to the stage from the shard.
+    #[inline]
+    pub(crate) fn took(&mut self, index: u32) {
+        self.0[chunk_of(index)] += 1;
+    }
+
+    /// Slot `index` left the stage.
+    pub(crate) fn gave(&mut self, index: u32) {
+        let slots = &mut self.0[chunk_of(index)];
+        debug_assert_ne!(*slots, 0, "every slot of a stage was counted in");
+        // Saturating: a count too low only costs a pin, one too high would be unsound.
+        *slots = slots.saturating_sub(1);
+    }
+
+    /// Whether the stage has a slot in the chunk of slot `index` (any index).
+    #[inline]
+    pub(crate) fn has(&self, index: u32) -> bool {
+        self.0.get(chunk_of(index)).is_some_and(|&slots| slots > 0)
+    }
 }
 
 impl Default for Stage {

@@ -88,3 +88,118 @@ fn a_timer_scheduled_during_the_give_back_is_its_own() {
         assert_eq!(h.drops(), 4);
     });
 }
+
+/// The owner's cancel looks at a slot without a pin only in a chunk its stage has a slot
+/// of (see `stage::Chunks`): its stale handle into the chunk the reaper gives back
+/// meanwhile goes the pinned way, and its own staged timer, in the chunk the shard keeps,
+/// is cancelled either way while the reaper collects the stage for the shrink.
+#[test]
+fn an_owners_cancels_racing_the_give_back_touch_no_freed_memory() {
+    loom::model(|| {
+        let h = Harness::new();
+        let mut due = Due::new();
+        let stage = h.shard.register_stage().unwrap();
+        // The owner's timer takes slot 0, in the first chunk, which the shard keeps.
+        let own = h.shard.schedule_staged(&stage, 100, h.payload(0)).unwrap();
+        let handles: Vec<(u32, u32)> = (1..3)
+            .map(|value| h.shard.schedule(10, h.payload(value)).unwrap())
+            .collect();
+        h.pass(&mut due, 0);
+        for &(slot, generation) in &handles {
+            assert!(h.shard.cancel(slot, generation));
+        }
+        let (slot, generation) = handles[1];
+        assert_eq!((own.0, slot), (0, 2));
+        let owner = {
+            let h = h.clone();
+            thread::spawn(move || {
+                let stale = h.shard.cancel_from(Some(&stage), slot, generation);
+                let mine = h.shard.cancel_from(Some(&stage), own.0, own.1);
+                (stale, mine)
+            })
+        };
+        for _ in 0..3 {
+            h.pass(&mut due, 0);
+        }
+        assert_eq!(owner.join().unwrap(), (false, true));
+        h.pass(&mut due, 0);
+        assert_eq!(h.drops(), 3);
+        assert_eq!(h.shard.pending(), 0);
+    });
+}
+
+/// A slot the reaper takes back from a stage (a free one, for the shrink, or a staged one
+/// another thread cancelled, as it collects the stage) no longer counts as the stage's:
+/// the owner's stale handle to it goes the pinned way once the reaper may give its chunk
+/// back.
+#[test]
+fn an_owners_stale_cancel_of_a_slot_the_reaper_took_back_touches_no_freed_memory() {
+    for by_owner in [true, false] {
+        loom::model(move || stale_cancel_of_a_slot_the_reaper_took_back(by_owner));
+    }
+}
+
+fn stale_cancel_of_a_slot_the_reaper_took_back(by_owner: bool) {
+    let h = Harness::new();
+    let mut due = Due::new();
+    let stage = h.shard.register_stage().unwrap();
+    // Slots 0 and 1, the first chunk, hold pending timers; the owner's timer takes
+    // slot 2, in the second, and is cancelled: by its owner, which keeps the slot with
+    // its stage's free ones, or by another thread, which leaves it staged.
+    for value in 0..2 {
+        h.shard.schedule(10, h.payload(value)).unwrap();
+    }
+    let (slot, generation) = h.shard.schedule_staged(&stage, 100, h.payload(2)).unwrap();
+    assert_eq!(slot, 2);
+    let from = by_owner.then_some(&*stage);
+    assert!(h.shard.cancel_from(from, slot, generation));
+    let owner = {
+        let h = h.clone();
+        thread::spawn(move || h.shard.cancel_from(Some(&stage), slot, generation))
+    };
+    // The shrink takes the slot back from the stage and gives the second chunk back.
+    for _ in 0..3 {
+        h.pass(&mut due, 0);
+    }
+    assert!(!owner.join().unwrap());
+    h.pass(&mut due, 10);
+    assert_eq!((h.fired(), h.drops()), (2, 3));
+}
+
+/// Slots the owner hands over with its stage no longer count as the stage's either.
+#[test]
+fn an_owners_stale_cancel_of_a_slot_it_handed_over_touches_no_freed_memory() {
+    loom::model(|| {
+        let h = Harness::new();
+        let mut due = Due::new();
+        let stage = h.shard.register_stage().unwrap();
+        // Slots 0 and 1, the first chunk, hold pending timers; the owner's two timers take
+        // slots 2 and 3, in the second, fill the stage and are handed over, then cancelled.
+        for value in 0..2 {
+            h.shard.schedule(10, h.payload(value)).unwrap();
+        }
+        let handles: Vec<(u32, u32)> = (2..4)
+            .map(|value| {
+                h.shard
+                    .schedule_staged(&stage, 100, h.payload(value))
+                    .unwrap()
+            })
+            .collect();
+        for &(slot, generation) in &handles {
+            assert!(h.shard.cancel(slot, generation));
+        }
+        let (slot, generation) = handles[0];
+        assert_eq!(slot, 2);
+        let owner = {
+            let h = h.clone();
+            thread::spawn(move || h.shard.cancel_from(Some(&stage), slot, generation))
+        };
+        // The reaper takes the batch in, frees the slots and gives the second chunk back.
+        for _ in 0..3 {
+            h.pass(&mut due, 0);
+        }
+        assert!(!owner.join().unwrap());
+        h.pass(&mut due, 10);
+        assert_eq!((h.fired(), h.drops()), (2, 4));
+    });
+}

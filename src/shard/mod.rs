@@ -329,8 +329,12 @@ impl<T> Shard<T> {
     }
 
     /// `cancel`, from the thread that owns `stage` (if given): a timer still staged there
-    /// is taken out at once, and its slot kept for the thread's next timer.
+    /// is taken out at once, and its slot kept for the thread's next timer (without a pin,
+    /// see `cancel_owned`).
     pub fn cancel_from(&self, stage: Option<&Stage>, index: u32, generation: u32) -> bool {
+        if stage.is_some_and(|stage| self.cancel_owned(stage, index, generation)) {
+            return true;
+        }
         // Pinned if need be: a stale handle's slot may be in a chunk the reaper gives back
         // meanwhile.
         let guard = Pin::for_slot(index);

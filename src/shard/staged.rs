@@ -74,6 +74,7 @@ impl<T> Shard<T> {
         }
         // SAFETY: taken just above.
         let free = unsafe { stage.with(|held| held.free.pop()) };
+        let fresh = free.is_none();
         let taken = match free {
             // SAFETY: a free slot the stage kept is its owner's, which keeps its chunk.
             Some(index) => unsafe { self.slots.owned(index) }.map(|slot| (index, slot)),
@@ -94,6 +95,9 @@ impl<T> Shard<T> {
         // SAFETY: the stage is held.
         let len = unsafe {
             stage.with(|held| {
+                if fresh {
+                    held.chunks.took(index);
+                }
                 slot.link.store(held.staged.len() as u32, Ordering::Relaxed);
                 held.staged.push(index);
                 held.staged.len()
@@ -200,7 +204,11 @@ impl<T> Shard<T> {
         let batch = unsafe {
             stage.with(|held| {
                 let room = held.staged.len();
-                std::mem::replace(&mut held.staged, Vec::with_capacity(room))
+                let batch = std::mem::replace(&mut held.staged, Vec::with_capacity(room));
+                for &index in &batch {
+                    held.chunks.gave(index);
+                }
+                batch
             })
         };
         let min = stage.min().unwrap_or(u64::MAX);
@@ -232,6 +240,45 @@ impl<T> Shard<T> {
         payload
     }
 
+    /// The owner's cancel of the timer of generation `generation` in slot `index`, if it is
+    /// pending and staged with no change or reset on it, and its stage has a slot in the
+    /// same chunk: with the stage held, that chunk is not given back (see `Chunks`), so
+    /// the slot is looked at without a pin, and the timer is cancelled and taken out of the
+    /// stage in one go. False (and nothing done) otherwise: `cancel_from` decides then.
+    #[inline]
+    pub(super) fn cancel_owned(&self, stage: &Stage, index: u32, generation: u32) -> bool {
+        if !stage.try_own() {
+            return false;
+        }
+        // SAFETY: taken just above.
+        let owns_chunk = unsafe { stage.with(|held| held.chunks.has(index)) };
+        // SAFETY: the stage, held, has a slot in this slot's chunk (see `Chunks`).
+        let slot = owns_chunk.then(|| unsafe { self.slots.owned(index) });
+        let (staged, cancelled) = (
+            slots::word(generation, PENDING) | STAGED,
+            slots::word(generation, CANCELLED) | STAGED,
+        );
+        // AcqRel on success and Relaxed on failure, as in `cancel_from`; with no other flag
+        // set, no change is pushed, and the stage's holder, this thread, frees the slot.
+        let Some(slot) = slot.flatten().filter(|slot| {
+            (slot.state)
+                .compare_exchange(staged, cancelled, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+        }) else {
+            self.leave(stage);
+            return false;
+        };
+        // SAFETY: taken above. `None` if the timer is staged in another thread's stage,
+        // whose holder frees it.
+        let payload = unsafe { stage.with(|held| self.unstage(stage, held, index, slot)) };
+        self.leave(stage);
+        self.count_cancelled(Some(stage));
+        if let Some(payload) = payload {
+            self.contain(|| drop(payload));
+        }
+        true
+    }
+
     /// `reclaim`'s work on the contents `held` of `stage`, held by its owner: takes the
     /// payload of staged slot `index` if it was cancelled, and frees the slot into the
     /// stage's free slots (or the shard's, if those are full), if no change and no reset
@@ -257,12 +304,17 @@ impl<T> Shard<T> {
         // SAFETY: the slot is staged here, so no reaper has seen it, and it is cancelled
         // with no change or reset on it: nobody else takes its payload or touches it.
         let payload = unsafe { slot.take_payload() };
-        if held.free.len() < FREE_LEN {
-            if Slots::renew(slot, generation) {
-                held.free.push(index);
-            }
+        let kept = if held.free.len() < FREE_LEN {
+            // False if retired: its generation would wrap.
+            Slots::renew(slot, generation)
         } else {
             self.release_now(index, slot, generation);
+            false
+        };
+        if kept {
+            held.free.push(index);
+        } else {
+            held.chunks.gave(index);
         }
         held.staged.swap_remove(place);
         if let Some(&moved) = held.staged.get(place) {
@@ -411,6 +463,7 @@ impl<T> Shard<T> {
             stage.with(|held| {
                 if free {
                     for index in held.free.drain(..) {
+                        held.chunks.gave(index);
                         self.slots.keep(index, self.slot(index), freed);
                     }
                 }
@@ -418,6 +471,7 @@ impl<T> Shard<T> {
                 // Newest first, as the inbox hands them over: timers overdue by the same
                 // pass then fire oldest first.
                 for index in held.staged.drain(..).rev() {
+                    held.chunks.gave(index);
                     self.arrive_slot(due, index, self.slot(index), freed);
                 }
                 arrived

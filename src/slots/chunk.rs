@@ -11,11 +11,16 @@ use std::ptr;
 /// it back in a few steps.
 pub(super) const FIRST_CHUNK_BITS: u32 = if cfg!(loom) { 1 } else { 6 };
 /// Enough chunks for `MAX_SLOTS` slots.
-pub(super) const CHUNKS: usize = 32 - FIRST_CHUNK_BITS as usize;
+pub(crate) const CHUNKS: usize = 32 - FIRST_CHUNK_BITS as usize;
+
+/// The chunk of slot `index` (`CHUNKS` or more for an index past `MAX_SLOTS`).
+pub(crate) fn chunk_of(index: u32) -> usize {
+    slab::chunk_of::<FIRST_CHUNK_BITS>(index)
+}
 
 /// Where slot `index` lives: (chunk, offset), in the wheel slab's geometric layout.
 pub(super) fn locate(index: u32) -> (usize, usize) {
-    let chunk = slab::chunk_of::<FIRST_CHUNK_BITS>(index);
+    let chunk = chunk_of(index);
     (chunk, index as usize - first_index(chunk) as usize)
 }
 

@@ -54,7 +54,8 @@ mod tests;
 use crate::slab::NIL;
 use crate::sync::epoch::{self, Guard};
 use crate::sync::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering, UnsafeCell};
-use chunk::{CHUNKS, chunk_len, chunk_slots, dealloc_chunk, first_index, locate, new_chunk};
+pub(crate) use chunk::{CHUNKS, chunk_of};
+use chunk::{chunk_len, chunk_slots, dealloc_chunk, first_index, locate, new_chunk};
 use crossbeam_utils::CachePadded;
 use shrink::Shrink;
 use std::mem::MaybeUninit;
@@ -194,9 +195,9 @@ impl<T> Slot<T> {
 
 /// What keeps a slot readable while a thread that does not own it looks it up by index:
 /// nothing for a slot in the chunks a shard never gives back (the first `KEEP_CHUNKS`,
-/// where the slots of a timer with few pending live), a pin of the epoch for any other.
-/// Pinning costs a thread-local lookup and a locked instruction, on every schedule and
-/// cancel; most never need it.
+/// where the slots of a timer with few pending live) or in one a stage its caller holds
+/// has a slot of (`stage::Chunks`), a pin of the epoch for any other. Pinning costs a
+/// thread-local lookup and a locked instruction; most schedules and cancels need none.
 pub(crate) struct Pin(Option<Guard>);
 
 impl Pin {
@@ -423,11 +424,12 @@ impl<T> Slots<T> {
     ///
     /// # Safety
     ///
-    /// The slot is not free, or it is the reaper's (it freed it and holds it back), for as
-    /// long as the reference is used: a chunk is given back only when every slot it has
-    /// handed out is free and held by the reaper, so the caller's slot keeps it. The
-    /// reaper may ask for any index: it is the only thread that gives chunks back, so a
-    /// pointer it reads is current.
+    /// The slot, or another of its chunk, is not free, or it is the reaper's (it freed it
+    /// and holds it back), for as long as the reference is used: a chunk is given back
+    /// only when every slot it has handed out is free and held by the reaper, so the
+    /// caller's slot keeps it (a stage's holder, whose stage has a slot of the chunk, may
+    /// look at any slot of it: see `stage::Chunks`). The reaper may ask for any index: it
+    /// is the only thread that gives chunks back, so a pointer it reads is current.
     pub(crate) unsafe fn owned(&self, index: u32) -> Option<&Slot<T>> {
         // SAFETY: by the contract above the chunk outlives the borrow.
         let slot = unsafe { &*self.address(index)? };
