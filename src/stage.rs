@@ -460,4 +460,17 @@ mod tests {
         stage.set_len(0);
         assert_eq!(stage.min(), None);
     }
+
+    #[test]
+    fn a_stage_counts_its_slots_per_chunk() {
+        let mut chunks = Chunks::default();
+        // Slots 0 and 63 lie in the first chunk, 64 in the second, outside loom.
+        chunks.took(0);
+        chunks.took(64);
+        assert!(chunks.has(63) && chunks.has(64) && chunks.has(191));
+        assert!(!chunks.has(192), "the third chunk");
+        chunks.gave(0);
+        assert!(!chunks.has(63), "none left there");
+        assert!(!chunks.has(u32::MAX), "past the last chunk");
+    }
 }
