@@ -8,7 +8,8 @@
 mod support;
 
 use loom::thread;
-use shardwheel::loom_api::Due;
+use shardwheel::loom_api::{Due, Stage};
+use std::sync::Arc;
 use support::Harness;
 
 /// Three timers, cancelled: slots 0 and 1 fill the first chunk (which the shard keeps),
@@ -139,31 +140,47 @@ fn an_owners_stale_cancel_of_a_slot_the_reaper_took_back_touches_no_freed_memory
     }
 }
 
-fn stale_cancel_of_a_slot_the_reaper_took_back(by_owner: bool) {
-    let h = Harness::new();
-    let mut due = Due::new();
-    let stage = h.shard.register_stage().unwrap();
-    // Slots 0 and 1, the first chunk, hold pending timers; the owner's timer takes
-    // slot 2, in the second, and is cancelled: by its owner, which keeps the slot with
-    // its stage's free ones, or by another thread, which leaves it staged.
+/// Slots 0 and 1, the first chunk (which the shard keeps), take pending timers due at 10.
+fn fill_the_first_chunk(h: &Harness) {
     for value in 0..2 {
         h.shard.schedule(10, h.payload(value)).unwrap();
     }
-    let (slot, generation) = h.shard.schedule_staged(&stage, 100, h.payload(2)).unwrap();
+}
+
+/// The owner's stale cancel of its timer in slot 2, racing the three passes that give the
+/// second chunk back: it finds the timer gone. Then the first chunk's two timers fire, and
+/// `payloads` were dropped in all.
+fn owners_cancel_racing_the_give_back(
+    h: &Harness,
+    stage: Arc<Stage>,
+    (slot, generation): (u32, u32),
+    payloads: usize,
+) {
     assert_eq!(slot, 2);
-    let from = by_owner.then_some(&*stage);
-    assert!(h.shard.cancel_from(from, slot, generation));
+    let mut due = Due::new();
     let owner = {
         let h = h.clone();
         thread::spawn(move || h.shard.cancel_from(Some(&stage), slot, generation))
     };
-    // The shrink takes the slot back from the stage and gives the second chunk back.
     for _ in 0..3 {
         h.pass(&mut due, 0);
     }
     assert!(!owner.join().unwrap());
     h.pass(&mut due, 10);
-    assert_eq!((h.fired(), h.drops()), (2, 3));
+    assert_eq!((h.fired(), h.drops()), (2, payloads));
+}
+
+fn stale_cancel_of_a_slot_the_reaper_took_back(by_owner: bool) {
+    let h = Harness::new();
+    let stage = h.shard.register_stage().unwrap();
+    // The owner's timer takes slot 2, in the second chunk, and is cancelled: by its owner,
+    // which keeps the slot with its stage's free ones, or by another thread, which leaves
+    // it staged. The shrink takes the slot back from the stage.
+    fill_the_first_chunk(&h);
+    let handle = h.shard.schedule_staged(&stage, 100, h.payload(2)).unwrap();
+    let from = by_owner.then_some(&*stage);
+    assert!(h.shard.cancel_from(from, handle.0, handle.1));
+    owners_cancel_racing_the_give_back(&h, stage, handle, 3);
 }
 
 /// Slots the owner hands over with its stage no longer count as the stage's either.
@@ -171,13 +188,10 @@ fn stale_cancel_of_a_slot_the_reaper_took_back(by_owner: bool) {
 fn an_owners_stale_cancel_of_a_slot_it_handed_over_touches_no_freed_memory() {
     loom::model(|| {
         let h = Harness::new();
-        let mut due = Due::new();
         let stage = h.shard.register_stage().unwrap();
-        // Slots 0 and 1, the first chunk, hold pending timers; the owner's two timers take
-        // slots 2 and 3, in the second, fill the stage and are handed over, then cancelled.
-        for value in 0..2 {
-            h.shard.schedule(10, h.payload(value)).unwrap();
-        }
+        // The owner's two timers take slots 2 and 3, in the second chunk, fill the stage
+        // and are handed over, then cancelled; the reaper takes the batch in and frees them.
+        fill_the_first_chunk(&h);
         let handles: Vec<(u32, u32)> = (2..4)
             .map(|value| {
                 h.shard
@@ -188,18 +202,6 @@ fn an_owners_stale_cancel_of_a_slot_it_handed_over_touches_no_freed_memory() {
         for &(slot, generation) in &handles {
             assert!(h.shard.cancel(slot, generation));
         }
-        let (slot, generation) = handles[0];
-        assert_eq!(slot, 2);
-        let owner = {
-            let h = h.clone();
-            thread::spawn(move || h.shard.cancel_from(Some(&stage), slot, generation))
-        };
-        // The reaper takes the batch in, frees the slots and gives the second chunk back.
-        for _ in 0..3 {
-            h.pass(&mut due, 0);
-        }
-        assert!(!owner.join().unwrap());
-        h.pass(&mut due, 10);
-        assert_eq!((h.fired(), h.drops()), (2, 4));
+        owners_cancel_racing_the_give_back(&h, stage, handles[0], 4);
     });
 }
