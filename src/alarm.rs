@@ -19,8 +19,10 @@
 //! the sleep gone at its first step, frees the memory and touches nothing else. Otherwise
 //! the waker stays in the allocation, and whoever frees it drops it.
 //!
-//! A timeout cancelled before its deadline so makes two read-modify-writes on this byte (one
-//! an end) where an `Arc` and an `AtomicWaker` took about ten.
+//! Why not an `Arc` and an `AtomicWaker`: a timeout cancelled before its deadline (the
+//! common case) makes two read-modify-writes on this byte, one for each end, where those
+//! two would make about ten (the count's increments and decrements, each registration's
+//! two, the waker's take).
 
 use crate::error::SleepError;
 use crate::sync::{AtomicU8, Ordering, UnsafeCell};
