@@ -12,8 +12,31 @@
 //! nothing measurable. The memory comes zeroed and is committed page by page as it is
 //! first touched, as `alloc_zeroed` gives it for large blocks. Elsewhere, without the
 //! feature, and under Miri (which cannot map memory), the global allocator serves.
+//!
+//! Big chunks (2 MiB or more, aligned to that by `huge_aligned`) are advised onto
+//! transparent huge pages, where the system offers them (Linux's `madvise` mode, a common
+//! default): with millions of timers every cancel is a random access, and a 2 MiB page
+//! covers what 512 small pages did, so far fewer of those accesses miss the TLB (engine W1
+//! at a million pending timers, whose cancels and schedules each touch a random slot, ran
+//! faster with the shard's slots on huge pages, as the wheel's slab already was). The
+//! advice is only advice; where it is refused nothing changes.
 
 use std::alloc::Layout;
+
+/// Blocks of at least this many bytes are aligned to it and advised onto huge pages.
+const HUGE_PAGE: usize = 2 << 20;
+
+/// `layout`, aligned to a huge page if it is at least that big (see the module doc). The
+/// same layout gives the same result, as `free` needs.
+pub(crate) fn huge_aligned(layout: Layout) -> Layout {
+    if layout.size() >= HUGE_PAGE {
+        // A block that big whose size cannot be rounded up to the alignment does not
+        // exist in practice; it would keep its own alignment.
+        layout.align_to(HUGE_PAGE).unwrap_or(layout)
+    } else {
+        layout
+    }
+}
 
 /// Zeroed memory for `layout`, which has a non-zero size; never null (an allocation
 /// failure goes to `handle_alloc_error`, as with the global allocator).
@@ -47,7 +70,7 @@ pub(crate) fn allocate_zeroed(layout: Layout) -> *mut u8 {
     // start and end on page boundaries (the mapping, `align` and `size` are page
     // multiples). Unmapping them cannot fail for such ranges; if it did, the pages would
     // only stay mapped and unused.
-    unsafe {
+    let memory = unsafe {
         if head > 0 {
             libc::munmap(start, head);
         }
@@ -55,7 +78,15 @@ pub(crate) fn allocate_zeroed(layout: Layout) -> *mut u8 {
             libc::munmap(start.cast::<u8>().add(head + size).cast(), tail);
         }
         start.cast::<u8>().add(head)
+    };
+    if size >= HUGE_PAGE && align >= HUGE_PAGE {
+        // SAFETY: the range is exactly the mapping just made, which nothing else uses yet,
+        // and it starts on a huge-page (so page) boundary. MADV_HUGEPAGE changes how the
+        // kernel backs the range, never its contents. The result is ignored on purpose: a
+        // kernel without THP says no, and the block is then just made of small pages.
+        unsafe { libc::madvise(memory.cast(), size, libc::MADV_HUGEPAGE) };
     }
+    memory
 }
 
 /// Gives memory from `allocate_zeroed` back to the OS.

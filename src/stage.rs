@@ -1,6 +1,7 @@
 //! A producer thread's stage on one shard: where its new timers wait to be handed to the
-//! reaper in a batch, and where the slots of the timers it cancelled before they were
-//! handed over wait to be taken again, by the same thread, without crossing to the reaper.
+//! reaper in a batch, where the slots of the timers it cancelled before they were handed
+//! over wait to be taken again, by the same thread, without crossing to the reaper, and
+//! where it keeps the batch of free slots it took from the shard (see `slots::free`).
 //!
 //! Most timers are cancelled soon after they are made (a request answered in time). Handed
 //! over one by one, each costs a compare-and-swap on the shard's inbox and another on its
@@ -46,6 +47,7 @@
 //! its body).
 
 use crate::barrier;
+use crate::slab::NIL;
 use crate::slots::{CHUNKS, chunk_of};
 use crate::sync::{AtomicBool, AtomicU32, AtomicU64, Ordering, UnsafeCell};
 
@@ -124,14 +126,29 @@ pub struct Stage {
 // is atomic.
 unsafe impl Sync for Stage {}
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Held {
     /// Slots of the timers staged. While a slot is here its `link` holds its place.
     pub(crate) staged: Vec<u32>,
     /// Free slots for the owner to take first.
     pub(crate) free: Vec<u32>,
-    /// How many of those two lie in each chunk of the shard's slots.
+    /// Then a batch of free slots taken from the shard with one CAS (see
+    /// `slots::free`): the first of a chain through their `link`, `NIL` if none.
+    pub(crate) chain: u32,
+    /// How many of the staged and the free slots lie in each chunk of the shard's slots
+    /// (the chain's are counted as they are taken from it).
     pub(crate) chunks: Chunks,
+}
+
+impl Default for Held {
+    fn default() -> Self {
+        Held {
+            staged: Vec::new(),
+            free: Vec::new(),
+            chain: NIL,
+            chunks: Chunks::default(),
+        }
+    }
 }
 
 /// How many of a stage's slots (staged and free) lie in each chunk of its shard's slots.

@@ -104,3 +104,38 @@ fn a_second_reset_that_finds_the_first_still_queued_lands_too() {
         assert_eq!(h.shard.pending(), 0);
     });
 }
+
+/// The owner's cancel of its own timer, handed over to the reaper, goes without a pin
+/// while its stage holds a slot of the same chunk (see `Shard::cancel_owned`), and races
+/// the pass that takes the timer in and fires it: still exactly one winner.
+#[test]
+fn an_owners_cancel_without_a_pin_racing_fire_has_exactly_one_winner() {
+    loom::model(|| {
+        let h = Harness::new();
+        let stage = h.shard.register_stage().unwrap();
+        // Two timers fill the stage (two under loom): the owner hands them over. A third
+        // stays staged, so the stage has a slot in the first chunk.
+        let (slot, generation) = h.shard.schedule_staged(&stage, 0, h.payload(1)).unwrap();
+        let later = h.shard.schedule_staged(&stage, 100, h.payload(2)).unwrap();
+        let staged = h.shard.schedule_staged(&stage, 100, h.payload(3)).unwrap();
+        let owner = {
+            let h = h.clone();
+            thread::spawn(move || {
+                let cancelled = h.shard.cancel_from(Some(&stage), slot, generation);
+                (stage, cancelled)
+            })
+        };
+        let mut due = Due::new();
+        h.pass(&mut due, 0);
+        let (stage, cancelled) = owner.join().unwrap();
+        h.pass(&mut due, 0);
+        assert_eq!(h.fired() + usize::from(cancelled), 1, "one winner");
+        assert_eq!(h.drops(), 1, "payload dropped once");
+        for (slot, generation) in [later, staged] {
+            assert!(h.shard.cancel_from(Some(&stage), slot, generation));
+        }
+        h.pass(&mut due, 0);
+        assert_eq!(h.drops(), 3);
+        assert_eq!(h.shard.pending(), 0);
+    });
+}

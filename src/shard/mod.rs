@@ -79,6 +79,17 @@ pub enum Refused<T> {
     Closed(T),
 }
 
+/// What `Shard::cancel_pending` did.
+pub(super) enum Cancelled<T> {
+    /// Nothing: the handle names no pending timer.
+    Not,
+    /// Cancelled, and handed to whoever frees it; the payload, if the caller is to drop
+    /// it (the reaper refused the change as it wound up).
+    Done(Option<T>),
+    /// Cancelled while staged: the stage's holder frees it.
+    Staged,
+}
+
 /// One shard of a timer engine (see the module doc).
 ///
 /// The fields that different threads write are each on their own cache line: the inbox
@@ -329,11 +340,12 @@ impl<T> Shard<T> {
     }
 
     /// `cancel`, from the thread that owns `stage` (if given): a timer still staged there
-    /// is taken out at once, and its slot kept for the thread's next timer (without a pin,
-    /// see `cancel_owned`).
+    /// is taken out at once, and its slot kept for the thread's next timer; and the owner
+    /// looks at the slot without a pin where its stage allows (see `cancel_owned`).
     pub fn cancel_from(&self, stage: Option<&Stage>, index: u32, generation: u32) -> bool {
-        if stage.is_some_and(|stage| self.cancel_owned(stage, index, generation)) {
-            return true;
+        if let Some(cancelled) = stage.and_then(|stage| self.cancel_owned(stage, index, generation))
+        {
+            return cancelled;
         }
         // Pinned if need be: a stale handle's slot may be in a chunk the reaper gives back
         // meanwhile.
@@ -341,11 +353,37 @@ impl<T> Shard<T> {
         let Some(slot) = self.slots.get(index, &guard) else {
             return false;
         };
-        // Relaxed: only a first guess for the CAS, which checks it.
+        let payload = match self.cancel_pending(slot, index, generation, stage) {
+            Cancelled::Not => return false,
+            Cancelled::Done(payload) => payload,
+            Cancelled::Staged => stage.and_then(|stage| self.reclaim(stage, index, slot)),
+        };
+        if let Some(payload) = payload {
+            drop(guard);
+            self.contain(|| drop(payload));
+        }
+        true
+    }
+
+    /// The cancel's step on `slot` (slot `index`, looked up by the caller): marks the timer
+    /// of generation `generation` cancelled if it is pending, and hands it to whoever
+    /// frees it: the reaper (through the list of changes), a reset under way, or the
+    /// holder of the stage it is staged in (`Staged`: the caller, if it is the owner).
+    #[inline]
+    pub(super) fn cancel_pending(
+        &self,
+        slot: &Slot<T>,
+        index: u32,
+        generation: u32,
+        stage: Option<&Stage>,
+    ) -> Cancelled<T> {
+        // Relaxed: only a first guess for the CAS, which checks it. A load rather than a
+        // CAS first: the slot's line comes in once either way, and a guess that fails
+        // (another generation, or a timer that fired) writes nothing.
         let mut current = slot.state.load(Ordering::Relaxed);
         loop {
             if current & !FLAGS != slots::word(generation, PENDING) {
-                return false;
+                return Cancelled::Not;
             }
             // A reset under way pushes the change when it is done, and the holder of a
             // staged timer's stage frees it; otherwise this pushes the change.
@@ -371,26 +409,21 @@ impl<T> Shard<T> {
         }
         self.count_cancelled(stage);
         if current & STAGED != 0 {
-            if let Some(payload) = stage.and_then(|stage| self.reclaim(stage, index, slot)) {
-                drop(guard);
-                self.contain(|| drop(payload));
-            }
-        } else if current & (RESETTING | QUEUED) == 0 {
-            match self.changes.push(index, &slot.change_link) {
-                Ok(0) => self.wakeup.notify_sleeping(),
-                Ok(waiting) if is_backlog(waiting) => self.wakeup.notify_backlog(),
-                Ok(_) => {}
-                // The reaper is winding up and will never take this change: the payload
-                // is the canceller's to drop (a periodic series' payload owns the shards,
-                // so left in its slot it would keep them, and itself, alive for ever).
-                Err(Closed) => {
-                    let payload = self.take_refused(slot, generation);
-                    drop(guard);
-                    self.contain(|| drop(payload));
-                }
-            }
+            return Cancelled::Staged;
         }
-        true
+        if current & (RESETTING | QUEUED) != 0 {
+            return Cancelled::Done(None);
+        }
+        match self.changes.push(index, &slot.change_link) {
+            Ok(0) => self.wakeup.notify_sleeping(),
+            Ok(waiting) if is_backlog(waiting) => self.wakeup.notify_backlog(),
+            Ok(_) => {}
+            // The reaper is winding up and will never take this change: the payload is the
+            // canceller's to drop (a periodic series' payload owns the shards, so left in
+            // its slot it would keep them, and itself, alive for ever).
+            Err(Closed) => return Cancelled::Done(Some(self.take_refused(slot, generation))),
+        }
+        Cancelled::Done(None)
     }
 
     /// The payload of a slot cancelled after the reaper closed its list of changes, taken

@@ -7,9 +7,10 @@
 //! the inbox: linking would make the owner touch every slot again, long after it wrote
 //! it, and with a million timers pending those lines are out of its cache by then.
 
-use super::{Refused, Shard};
+use super::{Cancelled, Refused, Shard};
 use crate::barrier;
 use crate::due::Due;
+use crate::slab::NIL;
 use crate::slots::{self, CANCELLED, Freed, PENDING, QUEUED, RESETTING, STAGED, Slot, Slots};
 use crate::stage::{FREE_LEN, Held, Leave, STAGE_LEN, Stage, Take};
 use crate::sync::{Ordering, thread};
@@ -73,13 +74,7 @@ impl<T> Shard<T> {
             return self.schedule_unstaged(stage, deadline, payload);
         }
         // SAFETY: taken just above.
-        let free = unsafe { stage.with(|held| held.free.pop()) };
-        let fresh = free.is_none();
-        let taken = match free {
-            // SAFETY: a free slot the stage kept is its owner's, which keeps its chunk.
-            Some(index) => unsafe { self.slots.owned(index) }.map(|slot| (index, slot)),
-            None => self.slots.take(),
-        };
+        let taken = unsafe { stage.with(|held| self.take_slot(held)) };
         let Some((index, slot)) = taken else {
             return self.refuse_staged(stage, payload);
         };
@@ -95,9 +90,6 @@ impl<T> Shard<T> {
         // SAFETY: the stage is held.
         let len = unsafe {
             stage.with(|held| {
-                if fresh {
-                    held.chunks.took(index);
-                }
                 slot.link.store(held.staged.len() as u32, Ordering::Relaxed);
                 held.staged.push(index);
                 held.staged.len()
@@ -123,6 +115,40 @@ impl<T> Shard<T> {
         }
         stage.count_scheduled();
         Ok((index, generation))
+    }
+
+    /// A free slot for the owner of the stage whose contents are `held`: one it kept, or
+    /// the next of its batch (whose following slot it prefetches: by the next schedule
+    /// its line is here, wherever the reaper left it), or one from the shard.
+    #[inline]
+    fn take_slot(&self, held: &mut Held) -> Option<(u32, &Slot<T>)> {
+        if let Some(index) = held.free.pop() {
+            // SAFETY: a free slot the stage kept is its owner's, which keeps its chunk.
+            return unsafe { self.slots.owned(index) }.map(|slot| (index, slot));
+        }
+        if held.chain == NIL && !self.take_batch(held) {
+            // The shard has no free slot: a new one.
+            let (index, slot) = self.slots.take()?;
+            held.chunks.took(index);
+            return Some((index, slot));
+        }
+        let index = held.chain;
+        // SAFETY: a slot of the stage's batch is its owner's, which keeps its chunk.
+        let slot = unsafe { self.slots.owned(index) }.expect("free slots are installed");
+        // Relaxed: published with the batch (the take's Acquire).
+        held.chain = slot.link.load(Ordering::Relaxed);
+        self.slots.prefetch(held.chain);
+        held.chunks.took(index);
+        Some((index, slot))
+    }
+
+    /// `take_slot` with the stage's batch used up: takes another; false if the shard has
+    /// no free slot.
+    #[cold]
+    #[inline(never)]
+    fn take_batch(&self, held: &mut Held) -> bool {
+        held.chain = self.slots.take_chain().unwrap_or(NIL);
+        held.chain != NIL
     }
 
     /// `schedule_staged` for a timer due before the reaper's planned wake-up, or while the
@@ -240,43 +266,41 @@ impl<T> Shard<T> {
         payload
     }
 
-    /// The owner's cancel of the timer of generation `generation` in slot `index`, if it is
-    /// pending and staged with no change or reset on it, and its stage has a slot in the
-    /// same chunk: with the stage held, that chunk is not given back (see `Chunks`), so
-    /// the slot is looked at without a pin, and the timer is cancelled and taken out of the
-    /// stage in one go. False (and nothing done) otherwise: `cancel_from` decides then.
+    /// The owner's cancel of the timer of generation `generation` in slot `index`, with its
+    /// stage held, if the stage has a slot in the same chunk: that chunk is not given back
+    /// meanwhile (see `Chunks`), so the slot is looked at without a pin, and a timer still
+    /// staged is taken out of the stage in the same go. `None` (and nothing done)
+    /// otherwise: `cancel_from` goes the pinned way.
     #[inline]
-    pub(super) fn cancel_owned(&self, stage: &Stage, index: u32, generation: u32) -> bool {
+    pub(super) fn cancel_owned(&self, stage: &Stage, index: u32, generation: u32) -> Option<bool> {
         if !stage.try_own() {
-            return false;
+            return None;
         }
         // SAFETY: taken just above.
         let owns_chunk = unsafe { stage.with(|held| held.chunks.has(index)) };
         // SAFETY: the stage, held, has a slot in this slot's chunk (see `Chunks`).
-        let slot = owns_chunk.then(|| unsafe { self.slots.owned(index) });
-        let (staged, cancelled) = (
-            slots::word(generation, PENDING) | STAGED,
-            slots::word(generation, CANCELLED) | STAGED,
-        );
-        // AcqRel on success and Relaxed on failure, as in `cancel_from`; with no other flag
-        // set, no change is pushed, and the stage's holder, this thread, frees the slot.
-        let Some(slot) = slot.flatten().filter(|slot| {
-            (slot.state)
-                .compare_exchange(staged, cancelled, Ordering::AcqRel, Ordering::Relaxed)
-                .is_ok()
-        }) else {
+        let Some(slot) = owns_chunk.then(|| unsafe { self.slots.owned(index) }).flatten()
+        else {
             self.leave(stage);
-            return false;
+            return None;
         };
-        // SAFETY: taken above. `None` if the timer is staged in another thread's stage,
-        // whose holder frees it.
-        let payload = unsafe { stage.with(|held| self.unstage(stage, held, index, slot)) };
+        let payload = match self.cancel_pending(slot, index, generation, Some(stage)) {
+            Cancelled::Not => {
+                self.leave(stage);
+                return Some(false);
+            }
+            Cancelled::Done(payload) => payload,
+            // SAFETY: taken above. `None` if the timer is staged in another thread's stage,
+            // whose holder frees it.
+            Cancelled::Staged => unsafe {
+                stage.with(|held| self.unstage(stage, held, index, slot))
+            },
+        };
         self.leave(stage);
-        self.count_cancelled(Some(stage));
         if let Some(payload) = payload {
             self.contain(|| drop(payload));
         }
-        true
+        Some(true)
     }
 
     /// `reclaim`'s work on the contents `held` of `stage`, held by its owner: takes the
@@ -462,6 +486,8 @@ impl<T> Shard<T> {
         let arrived = unsafe {
             stage.with(|held| {
                 if free {
+                    let chain = std::mem::replace(&mut held.chain, NIL);
+                    self.slots.give_chain(chain, freed);
                     for index in held.free.drain(..) {
                         held.chunks.gave(index);
                         self.slots.keep(index, self.slot(index), freed);

@@ -225,3 +225,33 @@ fn a_pass_collects_every_stage_holding_a_timer_due() {
     assert_eq!(sorted(), [0, 1, 2], "handed over as its owner left");
     assert_eq!(shard.pending(), 1, "stage 3's timer is not due");
 }
+
+/// A thread takes the slots a pass freed as one batch into its stage; when it lets go,
+/// the reaper gives the batch's unused slots back to the shard with the stage's other
+/// free slots, and the next thread reuses them all rather than claiming new ones.
+#[test]
+fn a_stage_that_lets_go_gives_its_batch_of_free_slots_back() {
+    let shard = exact_shard();
+    let mut due = Due::new();
+    let handles: Vec<(u32, u32)> = (0..3)
+        .map(|payload| shard.schedule(5_000, Box::new(payload)).unwrap())
+        .collect();
+    let not_due = |_: Box<u64>| panic!("not due");
+    shard.pass(&mut due, 1, &|| 1_000, &not_due);
+    for (index, generation) in handles {
+        assert!(shard.cancel(index, generation));
+    }
+    // Frees the three slots: one batch.
+    shard.pass(&mut due, 1, &|| 1_000, &not_due);
+    let first = shard.register_stage().unwrap();
+    let (index, generation) = shard.schedule_staged(&first, 5_000, Box::new(3)).unwrap();
+    assert!(shard.cancel_from(Some(&first), index, generation));
+    first.let_go();
+    shard.pass(&mut due, 1, &|| 1_000, &not_due);
+    let second = shard.register_stage().unwrap();
+    for payload in 4..7 {
+        let (index, _) = shard.schedule_staged(&second, 5_000, Box::new(payload)).unwrap();
+        assert!(index < 3, "slot {index} is new");
+    }
+    assert_eq!(shard.slots.claimed(), 3);
+}

@@ -102,41 +102,11 @@ pub(crate) fn keep_limit<const FIRST: u32>(held: u32, room: u32, keep_chunks: us
     boundary.max(first_index::<FIRST>(keep_chunks)) as u32
 }
 
-/// Chunks of at least this many bytes are aligned to it and backed by transparent huge
-/// pages where the system offers them (Linux's `madvise` mode, a common default).
-const HUGE_PAGE: usize = 2 << 20;
-
-/// The layout of chunk `chunk`, the same each time it is asked for (`Drop` relies on it).
+/// The layout of chunk `chunk`, the same each time it is asked for (`Drop` relies on it);
+/// a big one is aligned for huge pages (see `pages`).
 fn chunk_layout<T>(chunk: usize) -> Option<Layout> {
     let layout = Layout::array::<Entry<T>>(chunk_len::<FIRST_CHUNK_BITS>(chunk)).ok()?;
-    if layout.size() >= HUGE_PAGE {
-        layout.align_to(HUGE_PAGE).ok()
-    } else {
-        Some(layout)
-    }
-}
-
-/// Allocates a chunk's memory, untouched (pages are only committed as entries are used).
-///
-/// Big chunks are advised onto huge pages: with millions of timers every cancel is a random
-/// access, and a 2 MiB page covers what 512 small pages did, so far fewer of those
-/// accesses miss the TLB. The advice is only advice; where it is refused nothing changes.
-/// The memory is mapped from the OS (see `pages`), so that a chunk the slab gives back
-/// leaves the process whatever the global allocator.
-fn allocate_chunk(layout: Layout) -> *mut u8 {
-    // An `Entry` is at least 20 bytes, so the layout is not zero-sized.
-    let memory = pages::allocate_zeroed(layout);
-    // Miri cannot run the system call; it is advice only, so skipping it changes nothing
-    // that Miri checks.
-    #[cfg(all(target_os = "linux", feature = "mmap", not(miri)))]
-    if layout.size() >= HUGE_PAGE {
-        // SAFETY: the range is exactly the allocation just made, which nothing else uses
-        // yet, and it starts on a huge-page (so page) boundary. MADV_HUGEPAGE changes how
-        // the kernel backs the range, never its contents. The result is ignored on purpose:
-        // a kernel without THP says no, and the chunk is then just made of small pages.
-        unsafe { libc::madvise(memory.cast(), layout.size(), libc::MADV_HUGEPAGE) };
-    }
-    memory
+    Some(pages::huge_aligned(layout))
 }
 
 /// Frees chunk `chunk` of a slab, given its offset base (see `Slab::bases`).
@@ -147,7 +117,7 @@ fn allocate_chunk(layout: Layout) -> *mut u8 {
 /// used again or holds a value that needs dropping.
 unsafe fn dealloc_chunk<T>(base: *mut Entry<T>, chunk: usize) {
     let layout = chunk_layout::<T>(chunk).expect("layout was valid when allocated");
-    // SAFETY: `base + first_index(chunk)` is the pointer `allocate_chunk` returned for
+    // SAFETY: `base + first_index(chunk)` is the pointer `pages::allocate_zeroed` returned for
     // this chunk with this very layout (see `Slab::bases`), and the caller frees it once.
     unsafe {
         pages::free(
@@ -290,7 +260,9 @@ impl<T> Slab<T> {
             let Some(layout) = chunk_layout::<T>(chunk) else {
                 return false;
             };
-            let memory = allocate_chunk(layout).cast::<Entry<T>>();
+            // An `Entry` is at least 20 bytes, so the layout is not zero-sized; its pages
+            // are committed only as entries are used.
+            let memory = pages::allocate_zeroed(layout).cast::<Entry<T>>();
             self.bases
                 .push(memory.wrapping_sub(first_index::<FIRST_CHUNK_BITS>(chunk)));
         }

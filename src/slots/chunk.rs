@@ -54,7 +54,9 @@ pub(super) fn new_chunk<T>(len: usize) -> *mut Slot<T> {
 pub(super) fn chunk_layout<T>(len: usize) -> std::alloc::Layout {
     // A chunk holds at least 64 slots of at least 32 bytes (atomics), so its layout is not
     // zero-sized; chunks hold at most 2^31 slots, far below `isize::MAX` bytes.
-    std::alloc::Layout::array::<Slot<T>>(len).expect("chunks fit in memory")
+    crate::pages::huge_aligned(
+        std::alloc::Layout::array::<Slot<T>>(len).expect("chunks fit in memory"),
+    )
 }
 
 /// The slots of chunk `chunk` made by `new_chunk`.

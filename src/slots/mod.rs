@@ -3,12 +3,10 @@
 //!
 //! Slots live in chunks that never move (chunk `c` holds `64 << c` slots), installed with a
 //! compare-and-swap by whichever thread first needs them, so a slot's address is stable and
-//! other threads can reach its state word at any time. Free slots form a Treiber stack whose
-//! head carries a tag that changes on every pop and push, so a producer whose pop raced with
-//! another pop and a push of the same slot fails its CAS instead of corrupting the stack
-//! (the ABA problem). Producers pop; the reaper pushes, and so does a producer giving back a
-//! slot the closed inbox refused (a tagged push is safe with any number of pushers). The
-//! spare stack of a shrink (below) works the same way, popped by producers and the reaper.
+//! other threads can reach its state word at any time. Free slots wait on a lock-free stack
+//! of batches (`free`): the reaper pushes what a pass freed as one batch, and a producer
+//! takes a whole batch into its stage with one CAS. The spare stack of a shrink (below)
+//! works the same way, taken from by producers and the reaper.
 //!
 //! Each slot has one state word: generation (high 27 bits), state (low 2 bits) and three
 //! flags above the state, `RESETTING`, `QUEUED` and `STAGED`:
@@ -43,10 +41,11 @@
 //!   published, or a staged one it reclaims from its own stage); a slot whose generation
 //!   would wrap is retired instead of reused, so no handle ever names a later timer.
 //!
-//! Chunks (`chunk`) and the memory a shard gives back after a spike (`shrink`) have
-//! modules of their own.
+//! Chunks (`chunk`), the free stacks (`free`) and the memory a shard gives back after a
+//! spike (`shrink`) have modules of their own.
 
 mod chunk;
+mod free;
 mod shrink;
 #[cfg(test)]
 mod tests;
@@ -57,6 +56,7 @@ use crate::sync::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering, Unsafe
 pub(crate) use chunk::{CHUNKS, chunk_of};
 use chunk::{chunk_len, chunk_slots, dealloc_chunk, first_index, locate, new_chunk};
 use crossbeam_utils::CachePadded;
+use free::Chain;
 use shrink::Shrink;
 use std::mem::MaybeUninit;
 use std::ptr;
@@ -232,11 +232,6 @@ fn kept(index: u32) -> bool {
     index < first_index(shrink::KEEP_CHUNKS)
 }
 
-/// The free stack's head: a tag in the high half, a slot index (or `NIL`) in the low half.
-fn free_head(tag: u32, index: u32) -> u64 {
-    (u64::from(tag) << 32) | u64::from(index)
-}
-
 /// The shared slots of one shard.
 pub(crate) struct Slots<T> {
     /// Chunk `c`, or null until some thread installs it; then fixed until the reaper gives
@@ -251,7 +246,7 @@ pub(crate) struct Slots<T> {
     floor: AtomicU32,
     /// Chunks given back whose memory is not freed yet (the epoch has not moved on).
     unfreed: Arc<AtomicUsize>,
-    /// Head of the free stack (see `free_head`); on its own cache line, as producers and
+    /// Head of the free stack (see `free`); on its own cache line, as producers and
     /// the reaper both write it while every thread reads `chunks`.
     free: CachePadded<AtomicU64>,
     /// Head of the spare stack: the free stack as it stood when a shrink began, which the
@@ -275,70 +270,8 @@ impl<T> Slots<T> {
             claimed: AtomicU64::new(0),
             floor: AtomicU32::new(0),
             unfreed: Arc::new(AtomicUsize::new(0)),
-            free: CachePadded::new(AtomicU64::new(free_head(0, NIL))),
-            spare: CachePadded::new(AtomicU64::new(free_head(0, NIL))),
-        }
-    }
-
-    /// Takes a free slot for a producer, which then owns it until it publishes it. Returns
-    /// its index and the slot, or `None` when all `MAX_SLOTS` slots are in use. A slot of
-    /// the free stack, or else of the spare stack (a shrink under way), or else a new one.
-    pub(crate) fn take(&self) -> Option<(u32, &Slot<T>)> {
-        // Pinned while popping a slot of a chunk that may be given back: see `pop`.
-        let mut pin = Pin::NONE;
-        let Some(index) = self
-            .pop(&self.free, &mut pin)
-            .or_else(|| self.pop(&self.spare, &mut pin))
-        else {
-            return self.claim();
-        };
-        // SAFETY: popped, so the slot is the caller's, which keeps its chunk (see `owned`).
-        Some((index, unsafe { self.owned(index) }.expect("popped")))
-    }
-
-    /// Pops a slot off `stack` (the free or the spare stack), if it holds one.
-    ///
-    /// The head's `link` is read before the CAS that decides whether the slot was still
-    /// free, and by then another thread may have popped it, and the reaper given its chunk
-    /// back: `pin` keeps that memory alive (and the CAS fails). It pins only for a slot of
-    /// a chunk that may be given back.
-    pub(super) fn pop(&self, stack: &AtomicU64, pin: &mut Pin) -> Option<u32> {
-        // Acquire: pairs with the Release of the push (or of the reaper's move to the
-        // spare stack), so the slot's `link` and the state it was freed with are visible.
-        let mut head = stack.load(Ordering::Acquire);
-        loop {
-            let (tag, index) = ((head >> 32) as u32, head as u32);
-            if index == NIL {
-                return None;
-            }
-            pin.cover(index);
-            let Some(slot) = self.get(index, pin) else {
-                // The slot was popped and its chunk given back since the head was read, so
-                // the head has moved on (the cleared pointer was published after the slot
-                // left the stack): read it with an RMW, which sees the latest value (a load
-                // might see this one again).
-                head = match stack.compare_exchange(
-                    head,
-                    head,
-                    Ordering::Acquire,
-                    Ordering::Acquire,
-                ) {
-                    Ok(current) | Err(current) => current,
-                };
-                continue;
-            };
-            // Relaxed: if the slot was popped and pushed again meanwhile, the tag differs and
-            // the CAS below fails, whatever this read returned.
-            let next = slot.link.load(Ordering::Relaxed);
-            match stack.compare_exchange_weak(
-                head,
-                free_head(tag.wrapping_add(1), next),
-                Ordering::Acquire,
-                Ordering::Acquire,
-            ) {
-                Ok(_) => return Some(index),
-                Err(current) => head = current,
-            }
+            free: CachePadded::new(AtomicU64::new(free::head(0, NIL))),
+            spare: CachePadded::new(AtomicU64::new(free::head(0, NIL))),
         }
     }
 
@@ -404,6 +337,22 @@ impl<T> Slots<T> {
         // In bounds: a non-null chunk pointer is an installed chunk of `chunk_len(chunk)`
         // slots, and `offset` is below that.
         (!base.is_null()).then(|| base.wrapping_add(offset).cast_const())
+    }
+
+    /// Asks the CPU to bring slot `index` into its cache, if its chunk is installed: for
+    /// the slot a producer will take next (see `free`). A hint only; elsewhere than x86-64
+    /// it does nothing.
+    #[inline]
+    pub(crate) fn prefetch(&self, index: u32) {
+        #[cfg(all(target_arch = "x86_64", not(loom), not(miri)))]
+        if let Some(address) = self.address(index) {
+            use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+            // SAFETY: a prefetch reads no memory the program sees and never faults,
+            // whatever the address (and this one is of an installed chunk).
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(address.cast()) };
+        }
+        #[cfg(not(all(target_arch = "x86_64", not(loom), not(miri))))]
+        let _ = index;
     }
 
     /// The slot at `index`, if its chunk is installed, for as long as `pin` lasts: any
@@ -474,69 +423,10 @@ impl<T> Slots<T> {
         next_generation != 0
     }
 
-    /// Pushes the slots chained on `freed` on the free stack, with one CAS for them all:
-    /// the reaper frees many slots a pass, and producers pop from the same head.
-    pub(crate) fn recycle(&self, freed: &mut Freed) {
-        self.push_chain(std::mem::take(&mut freed.chain));
-    }
-
-    fn push_chain(&self, chain: Chain) {
-        if chain.first == NIL {
-            return;
-        }
-        // SAFETY: the chain's slots are free and the caller's.
-        let last = unsafe { self.owned(chain.last) }.expect("chained slots are installed");
-        let mut head = self.free.load(Ordering::Relaxed);
-        loop {
-            let (tag, top) = ((head >> 32) as u32, head as u32);
-            last.link.store(top, Ordering::Relaxed);
-            // Release: publishes the chain's links and FREE states to the producers that
-            // pop them.
-            match self.free.compare_exchange_weak(
-                head,
-                free_head(tag.wrapping_add(1), chain.first),
-                Ordering::Release,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => break,
-                Err(current) => head = current,
-            }
-        }
-    }
-
     /// Slots handed out and not given back: the shard's capacity in use, pending or free.
     pub(crate) fn claimed(&self) -> u32 {
         // Relaxed: a figure for the stats.
         self.claimed.load(Ordering::Relaxed) as u32
-    }
-}
-
-/// A chain of free slots through their `link`, which its owner can push in one CAS.
-#[derive(Debug, Clone, Copy)]
-struct Chain {
-    first: u32,
-    last: u32,
-}
-
-impl Chain {
-    const EMPTY: Chain = Chain {
-        first: NIL,
-        last: NIL,
-    };
-
-    fn push<T>(&mut self, index: u32, slot: &Slot<T>) {
-        // Relaxed: published by the push on the free stack, a Release CAS.
-        slot.link.store(self.first, Ordering::Relaxed);
-        if self.first == NIL {
-            self.last = index;
-        }
-        self.first = index;
-    }
-}
-
-impl Default for Chain {
-    fn default() -> Self {
-        Chain::EMPTY
     }
 }
 

@@ -28,7 +28,8 @@
 //! a high chunk holds the chunks below it too until it fires or is cancelled.
 
 use super::chunk::{CHUNKS, ChunkPtr, FIRST_CHUNK_BITS, first_index, free_chunk, locate};
-use super::{CLOSED, Chain, Freed, Pin, Slot, Slots, free_head, split};
+use super::free::{self, Chain};
+use super::{CLOSED, Freed, Slot, Slots, split};
 use crate::slab::{self, NIL};
 use crate::sync::Ordering;
 use crate::sync::epoch;
@@ -66,7 +67,7 @@ impl<T> Slots<T> {
             // Acquire: pairs with the pushes' Release, so the links are visible.
             match self.free.compare_exchange_weak(
                 head,
-                free_head(tag.wrapping_add(1), NIL),
+                free::head(tag.wrapping_add(1), NIL),
                 Ordering::Acquire,
                 Ordering::Relaxed,
             ) {
@@ -89,11 +90,11 @@ impl<T> Slots<T> {
                 // Timers came back: so do the slots held back.
                 shrink.limit = u32::MAX;
                 for held in &mut shrink.held {
-                    self.push_chain(std::mem::replace(held, Held::EMPTY).chain);
+                    self.push_batch(&self.free, std::mem::replace(held, Held::EMPTY).chain.first);
                 }
             }
             self.sort(shrink, &mut freed.chain);
-            self.push_chain(std::mem::take(&mut freed.chain));
+            self.push_batch(&self.free, std::mem::take(&mut freed.chain).first);
             while self.give_back_top(shrink) {
                 freed.flushes = FLUSHES;
             }
@@ -143,7 +144,7 @@ impl<T> Slots<T> {
             // it while it is empty; the tag moves on all the same.
             let tag = (self.spare.load(Ordering::Relaxed) >> 32) as u32;
             self.spare
-                .store(free_head(tag.wrapping_add(1), first), Ordering::Release);
+                .store(free::head(tag.wrapping_add(1), first), Ordering::Release);
             freed.shrink = Some(Box::new(Shrink {
                 limit,
                 held: [Held::EMPTY; CHUNKS],
@@ -152,29 +153,39 @@ impl<T> Slots<T> {
     }
 
     /// Sorts up to `SORT_BUDGET` slots of the spare stack, for at most `SORT_TIME`: those
-    /// below the limit go back on `hot` (for the free stack), the others are held.
+    /// below the limit go back on `hot` (for the free stack), the others are held. It
+    /// takes the stack's batches whole and pushes back what it did not get to.
     fn sort(&self, shrink: &mut Shrink, hot: &mut Chain) {
         // Loom runs every path again the same way: no clock there.
         #[cfg(not(loom))]
         let start = std::time::Instant::now();
-        let mut pin = Pin::NONE;
+        // The rest of the batch being sorted.
+        let mut batch = NIL;
         #[cfg_attr(loom, allow(unused_variables))]
         for sorted in 0..SORT_BUDGET {
             #[cfg(not(loom))]
             if sorted % 256 == 255 && start.elapsed() >= SORT_TIME {
                 break;
             }
-            let Some(index) = self.pop(&self.spare, &mut pin) else {
-                break;
-            };
-            // SAFETY: popped by the reaper, so its own.
+            if batch == NIL {
+                match self.take_batch(&self.spare) {
+                    Some(first) => batch = first,
+                    None => break,
+                }
+            }
+            let index = batch;
+            // SAFETY: in a batch the reaper took, so its own.
             let slot = unsafe { self.owned(index) }.expect("free slots are installed");
+            // Relaxed: published with the batch (the take's Acquire). Read before the
+            // slot is chained anew below.
+            batch = slot.link.load(Ordering::Relaxed);
             if index >= shrink.limit {
                 shrink.hold(index, slot);
             } else {
                 hot.push(index, slot);
             }
         }
+        self.push_batch(&self.spare, batch);
     }
 
     /// Gives the top chunk back if every slot it handed out is held: returns whether it

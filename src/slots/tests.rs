@@ -387,3 +387,66 @@ fn a_slot_with_a_16_byte_payload_is_40_bytes() {
     assert_eq!(std::mem::size_of::<Slot<[u8; 16]>>(), 40);
     assert_eq!(std::mem::size_of::<Slot<crate::Callback>>(), 40);
 }
+
+/// The slots of a chain through their links, from `first` to its `NIL`.
+fn chain_of(slots: &Slots<u64>, first: u32) -> Vec<u32> {
+    let mut chain = Vec::new();
+    let mut index = first;
+    while index != NIL {
+        chain.push(index);
+        // SAFETY: the chain's slots are the test's, in installed chunks.
+        index = unsafe { slots.owned(index) }
+            .unwrap()
+            .link
+            .load(Ordering::Relaxed);
+    }
+    chain
+}
+
+#[test]
+fn a_pass_worth_of_free_slots_is_taken_as_one_batch() {
+    let slots: Slots<u64> = Slots::new();
+    let mut freed = Freed::new();
+    let mut taken: Vec<u32> = take_and_free(&slots, 3, &mut freed)
+        .into_iter()
+        .map(|(index, _)| index)
+        .collect();
+    slots.recycle(&mut freed);
+    // A producer without a stage keeps one slot and leaves the rest on the stack...
+    let (single, _) = slots.take().unwrap();
+    // ...where a stage takes them with one CAS, chained.
+    let first = slots.take_chain().expect("two slots left");
+    let mut chain = chain_of(&slots, first);
+    assert_eq!(chain.len(), 2);
+    assert_eq!(slots.take_chain(), None, "the stack is empty");
+    chain.push(single);
+    chain.sort_unstable();
+    taken.sort_unstable();
+    assert_eq!(chain, taken, "each freed slot exactly once");
+    // Given back whole, the chain is the next batch taken.
+    slots.give_chain(first, &freed);
+    assert_eq!(slots.take_chain(), Some(first));
+    assert_eq!(chain_of(&slots, first).len(), 2);
+}
+
+#[test]
+fn batches_stack_up_and_come_off_newest_first() {
+    let slots: Slots<u64> = Slots::new();
+    let taken: Vec<u32> = (0..5).map(|_| slots.take().unwrap().0).collect();
+    // Two passes free two and three of them: two batches.
+    for pass in [&taken[..2], &taken[2..]] {
+        let mut freed = Freed::new();
+        for &index in pass {
+            // SAFETY: taken above, never published: the test owns it.
+            let slot = unsafe { slots.owned(index) }.unwrap();
+            slots.release(index, slot, 0, &mut freed);
+        }
+        slots.recycle(&mut freed);
+    }
+    let mut newer = chain_of(&slots, slots.take_chain().unwrap());
+    let mut older = chain_of(&slots, slots.take_chain().unwrap());
+    newer.sort_unstable();
+    older.sort_unstable();
+    assert_eq!((&older[..], &newer[..]), (&taken[..2], &taken[2..]));
+    assert_eq!(slots.take_chain(), None);
+}
