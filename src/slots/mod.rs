@@ -109,10 +109,11 @@ pub(crate) struct Slot<T> {
     /// links and a 16-byte payload a slot is 40 bytes.
     pub(crate) state: AtomicU32,
     /// The tick it is due at; written by the producer before it publishes the slot, and
-    /// after that only by a `reset` holding the `RESETTING` flag.
+    /// after that only by a `reset` holding the `RESETTING` flag. In the first free slot
+    /// of a batch on a free stack: the batch below (see `free`).
     pub(crate) deadline: AtomicU64,
-    /// Next slot in the free stack, in the shard's inbox, or in the reaper's wheel bucket
-    /// (a slot is in one at most); a staged slot's place in its stage.
+    /// Next slot in a batch of free slots, in the shard's inbox, or in the reaper's wheel
+    /// bucket (a slot is in one at most); a staged slot's place in its stage.
     pub(crate) link: AtomicU32,
     /// Next slot in the shard's list of changes (cancels and resets).
     pub(crate) change_link: AtomicU32,

@@ -7,7 +7,7 @@
 //! `SORT_BUDGET` slots or `SORT_TIME` a pass (and comes back every millisecond
 //! meanwhile), so that no pass stalls the timers due: slots below the limit go back on the
 //! free stack, the others it holds, and so it does with every slot it frees above the
-//! limit from then on. Producers that find the free stack empty pop the spare one before
+//! limit from then on. Producers that find the free stack empty take from the spare one before
 //! they claim a new slot, so a shrink never starves them into growing the slab (when the
 //! reaper kept the unsorted slots to itself, churn faster than its sorting claimed new
 //! slots, and memory grew while it was being given back). Once it holds every slot the top
@@ -19,7 +19,7 @@
 //! - a fresh chunk's slots start at `floor`, a generation above any that a handle names
 //!   in the chunk given back, so a stale handle never matches a new timer;
 //! - the memory is freed through crossbeam-epoch: threads that look a slot up by index
-//!   (`cancel` and `reset` with any handle, and `take` popping the free stack) are pinned
+//!   (`cancel` and `reset` with any handle, and taking a batch off a free stack) are pinned
 //!   meanwhile, and the free waits until every thread pinned before the pointer was
 //!   cleared has unpinned. Afterwards a stale handle finds no chunk, or a fresh one.
 //!
@@ -140,7 +140,7 @@ impl<T> Slots<T> {
             // only once it is empty again.
             let first = self.take_free_stack();
             // Release: the links, which the stack's Acquire take made visible to the
-            // reaper, to the producers that pop the spare stack. Only the reaper stores to
+            // reaper, to the producers that take from the spare stack. Only the reaper stores to
             // it while it is empty; the tag moves on all the same.
             let tag = (self.spare.load(Ordering::Relaxed) >> 32) as u32;
             self.spare
