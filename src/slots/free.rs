@@ -17,7 +17,10 @@
 //! schedule ahead, and prefetches it (`Slots::prefetch`). A producer without its stage
 //! takes a batch, keeps its first slot and pushes the rest back: two CASes, on a rare path.
 //! A stage's batch goes back whole, with one CAS, when its holder gives its free slots
-//! back (its thread exited, or a shrink wants them).
+//! back (its thread exited, or a shrink wants them). A batch the reaper frees holds
+//! `BATCH_LEN` slots at most, so that one thread does not take a whole pass's worth while
+//! the others claim new slots. The rest of a batch taken off the spare stack goes back
+//! there; if the shrink ended meanwhile, the next one takes it in (`begin_shrink`).
 
 use super::{Freed, Pin, Slot, Slots};
 use crate::slab::NIL;
@@ -104,9 +107,11 @@ impl<T> Slots<T> {
             // timer in the slot, say).
             let below = slot.deadline.load(Ordering::Relaxed) as u32;
             // Relaxed on success: the head it replaces was read with Acquire (each read of
-            // `current` is), which synchronised with the push that wrote it, and the tag
-            // makes that value unique: a CAS that finds it finds that very push. Acquire
-            // on failure: the new head is read as the first one was.
+            // `current` is), and every write of a head is a read-modify-write, so that read
+            // synchronised with every push before it (their release sequences run through
+            // the takes between); the tag makes the value unique, so the CAS that finds it
+            // changes nothing that read did not see. Acquire on failure: the new head is
+            // read as the first one was.
             match stack.compare_exchange_weak(
                 current,
                 head(tag.wrapping_add(1), below),
@@ -152,21 +157,38 @@ impl<T> Slots<T> {
     pub(crate) fn recycle(&self, freed: &mut Freed) {
         self.push_batch(&self.free, std::mem::take(&mut freed.chain).first);
     }
+
+    /// Chains free slot `index` on `chain`, pushing the chain on the free stack once it
+    /// holds `BATCH_LEN` slots: a stage takes a whole batch, so a pass that frees a
+    /// hundred thousand slots must not make one, or one thread would take them all while
+    /// the others claim new slots.
+    pub(super) fn chain(&self, chain: &mut Chain, index: u32, slot: &Slot<T>) {
+        chain.push(index, slot);
+        if chain.len == BATCH_LEN {
+            self.push_batch(&self.free, std::mem::take(chain).first);
+        }
+    }
 }
+
+/// The most slots a batch the reaper frees holds (2 under loom, so that a model of a few
+/// slots makes more than one).
+const BATCH_LEN: u32 = if cfg!(loom) { 2 } else { 1024 };
 
 /// A chain of free slots through their `link`, ending in `NIL`: a batch in the making.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Chain {
     pub(super) first: u32,
+    len: u32,
 }
 
 impl Chain {
-    pub(super) const EMPTY: Chain = Chain { first: NIL };
+    pub(super) const EMPTY: Chain = Chain { first: NIL, len: 0 };
 
     pub(super) fn push<T>(&mut self, index: u32, slot: &Slot<T>) {
         // Relaxed: published by the push on a stack, a Release CAS.
         slot.link.store(self.first, Ordering::Relaxed);
         self.first = index;
+        self.len += 1;
     }
 }
 

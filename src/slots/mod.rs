@@ -374,12 +374,13 @@ impl<T> Slots<T> {
     ///
     /// # Safety
     ///
-    /// The slot, or another of its chunk, is not free, or it is the reaper's (it freed it
-    /// and holds it back), for as long as the reference is used: a chunk is given back
-    /// only when every slot it has handed out is free and held by the reaper, so the
-    /// caller's slot keeps it (a stage's holder, whose stage has a slot of the chunk, may
-    /// look at any slot of it: see `stage::Chunks`). The reaper may ask for any index: it
-    /// is the only thread that gives chunks back, so a pointer it reads is current.
+    /// The slot, or another of its chunk, is the caller's or pending, and not held back by
+    /// a shrink of the reaper's, for as long as the reference is used: a chunk is given
+    /// back only when the reaper holds every slot it has handed out (see `shrink`), so the
+    /// caller's slot keeps it: one it took (a free slot of a batch it took, a stage's kept
+    /// free slot), one it published, or, for a stage's holder, any slot of a chunk the
+    /// stage has a slot of (see `stage::Chunks`). The reaper may ask for any index: it is
+    /// the only thread that gives chunks back, so a pointer it reads is current.
     pub(crate) unsafe fn owned(&self, index: u32) -> Option<&Slot<T>> {
         // SAFETY: by the contract above the chunk outlives the borrow.
         let slot = unsafe { &*self.address(index)? };
@@ -408,7 +409,7 @@ impl<T> Slots<T> {
     pub(crate) fn keep(&self, index: u32, slot: &Slot<T>, freed: &mut Freed) {
         match &mut freed.shrink {
             Some(shrink) if index >= shrink.limit => shrink.hold(index, slot),
-            _ => freed.chain.push(index, slot),
+            _ => self.chain(&mut freed.chain, index, slot),
         }
     }
 

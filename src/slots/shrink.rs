@@ -124,7 +124,9 @@ impl<T> Slots<T> {
 
     /// Whether the spare stack is empty (no shrink under way has slots left to sort).
     fn spare_is_empty(&self) -> bool {
-        // Relaxed: only the reaper fills it, and a pop racing this read only empties it.
+        // Relaxed: a look. A producer's `take` may still push back the rest of a batch it
+        // took from the stack (see `free`); those slots wait there for the next shrink,
+        // which takes them in (`begin_shrink`), and producers take from the stack too.
         self.spare.load(Ordering::Relaxed) as u32 == NIL
     }
 
@@ -136,15 +138,36 @@ impl<T> Slots<T> {
         let frontier = self.claimed.load(Ordering::Relaxed) as u32;
         let limit = slab::keep_limit::<FIRST_CHUNK_BITS>(pending, ROOM, KEEP_CHUNKS);
         if frontier > limit && pending.saturating_mul(SHRINK_BELOW) < frontier {
-            // The spare stack is empty: only the reaper fills it, here, and a shrink ends
-            // only once it is empty again.
-            let first = self.take_free_stack();
-            // Release: the links, which the stack's Acquire take made visible to the
-            // reaper, to the producers that take from the spare stack. Only the reaper stores to
-            // it while it is empty; the tag moves on all the same.
-            let tag = (self.spare.load(Ordering::Relaxed) >> 32) as u32;
-            self.spare
-                .store(free::head(tag.wrapping_add(1), first), Ordering::Release);
+            let mut first = self.take_free_stack();
+            // The spare stack may hold batches a producer's `take` pushed back after the
+            // last shrink ended (see `free`): they go on top of the free stack's, and a
+            // CAS, not a store, installs the lot, so a push-back racing this is not lost.
+            let mut current = self.spare.load(Ordering::Relaxed);
+            loop {
+                if current as u32 != NIL {
+                    if let Some(batch) = self.take_batch(&self.spare) {
+                        // SAFETY: a batch taken, so the reaper's, which keeps its chunk.
+                        let slot = unsafe { self.owned(batch) }.expect("free slots are installed");
+                        // Relaxed: published by the CAS below.
+                        slot.deadline.store(u64::from(first), Ordering::Relaxed);
+                        first = batch;
+                    }
+                    current = self.spare.load(Ordering::Relaxed);
+                    continue;
+                }
+                let tag = (current >> 32) as u32;
+                // Release: the links, which the stacks' Acquire takes made visible to the
+                // reaper, to the producers that take from the spare stack.
+                match self.spare.compare_exchange(
+                    current,
+                    free::head(tag.wrapping_add(1), first),
+                    Ordering::Release,
+                    Ordering::Relaxed,
+                ) {
+                    Ok(_) => break,
+                    Err(seen) => current = seen,
+                }
+            }
             freed.shrink = Some(Box::new(Shrink {
                 limit,
                 held: [Held::EMPTY; CHUNKS],
@@ -182,7 +205,7 @@ impl<T> Slots<T> {
             if index >= shrink.limit {
                 shrink.hold(index, slot);
             } else {
-                hot.push(index, slot);
+                self.chain(hot, index, slot);
             }
         }
         self.push_batch(&self.spare, batch);
@@ -217,7 +240,7 @@ impl<T> Slots<T> {
             return false;
         }
         // Release: a thread that sees the pointer cleared (Acquire, in `address`) sees the
-        // free stack taken too, so `take` retrying reads a head that has moved on. A
+        // free stack taken too, so `take_batch` retrying reads a head that has moved on. A
         // thread that read the old pointer is pinned, and the epoch's SeqCst fences (its
         // pin's, and sealing the deferred free) keep the memory until it unpins; the next
         // claimer learns of the swap through the Release store of the frontier below.
@@ -238,7 +261,7 @@ impl<T> Slots<T> {
         // SAFETY: no thread can reach the chunk anew: its pointer is cleared, its slots are
         // on no list (all held here, then forgotten), and claims go to a fresh chunk. The
         // epoch runs the free only after every thread pinned before now has unpinned, so
-        // no reference from `get` or `take` outlives it; the reaper keeps none. The closure
+        // no reference from `get` or `take_batch` outlives it; the reaper keeps none. The closure
         // touches no `T` (all slots are free) and the memory it frees is its own.
         unsafe {
             guard.defer_unchecked(move || {

@@ -450,3 +450,56 @@ fn batches_stack_up_and_come_off_newest_first() {
     assert_eq!((&older[..], &newer[..]), (&taken[..2], &taken[2..]));
     assert_eq!(slots.take_chain(), None);
 }
+
+/// A producer without a stage takes a batch off the spare stack and pushes the rest back
+/// after the shrink ended: the next shrink takes those slots in rather than storing over
+/// them (it did, and their chunk could never be given back again).
+#[test]
+fn slots_pushed_back_on_the_spare_stack_after_a_shrink_reach_the_next() {
+    let slots: Slots<u64> = Slots::new();
+    let mut freed = Freed::new();
+    let count = 100_000;
+    take_and_free(&slots, count, &mut freed);
+    let early = count / 20;
+    // A first shrink, sorted until the spare stack's top batch is below its limit.
+    assert!(slots.shrink(&mut freed, early));
+    let limit = freed.shrink.as_ref().unwrap().limit;
+    for _ in 0..100 {
+        let top = slots.spare.load(Ordering::Relaxed) as u32;
+        if top == NIL || top < limit {
+            break;
+        }
+        slots.shrink(&mut freed, early);
+    }
+    // A producer's `take` takes a batch...
+    let first = slots.take_batch(&slots.spare).expect("a batch below the limit");
+    // SAFETY: a batch taken, so the test's.
+    let kept = unsafe { slots.owned(first) }.unwrap();
+    let rest = kept.link.load(Ordering::Relaxed);
+    // ...the reaper ends the shrink meanwhile...
+    shrink_until_settled(&slots, &mut freed, early);
+    assert!(freed.shrink.is_none(), "the first shrink is over");
+    // ...and the rest goes back on the spare stack, the first slot to the reaper.
+    slots.push_batch(&slots.spare, rest);
+    let (generation, _) = split(kept.state.load(Ordering::Relaxed));
+    slots.release(first, kept, generation, &mut freed);
+    slots.recycle(&mut freed);
+    // Nothing pending: the next shrink gives back all but the kept chunks.
+    shrink_until_settled(&slots, &mut freed, 0);
+    assert_eq!(frontier(&slots), first_index(KEEP_CHUNKS));
+}
+
+/// A pass that frees more than a batch's worth pushes several batches: one thread's stage
+/// takes one of them, and the others stay for other threads.
+#[test]
+fn a_big_pass_frees_its_slots_in_batches() {
+    let slots: Slots<u64> = Slots::new();
+    let mut freed = Freed::new();
+    take_and_free(&slots, 2_500, &mut freed);
+    let mut sizes = Vec::new();
+    while let Some(first) = slots.take_chain() {
+        sizes.push(chain_of(&slots, first).len());
+    }
+    sizes.sort_unstable();
+    assert_eq!(sizes, [452, 1024, 1024]);
+}
