@@ -134,6 +134,7 @@ struct Shardwheel<
     const TICK_US: u64 = 1000,
     const SPIN_US: u64 = 0,
     const SLACK_MS: u64 = 0,
+    const EARLY: bool = true,
 >(Timer);
 
 impl<
@@ -142,15 +143,17 @@ impl<
     const TICK_US: u64,
     const SPIN_US: u64,
     const SLACK_MS: u64,
-> Engine for Shardwheel<LATENESS, EXACT, TICK_US, SPIN_US, SLACK_MS>
+    const EARLY: bool,
+> Engine for Shardwheel<LATENESS, EXACT, TICK_US, SPIN_US, SLACK_MS, EARLY>
 {
-    const NAME: &'static str = match (LATENESS, EXACT, TICK_US, SPIN_US, SLACK_MS) {
-        (true, true, 1000, 0, 0) => "shardwheel",
-        (false, true, 1000, 0, 0) => "shardwheel-no-lateness",
-        (true, false, 1000, 0, 0) => "shardwheel-tick-rounded",
-        (true, true, 100, 0, 0) => "shardwheel-tick-100us",
-        (true, true, 1000, 200, 0) => "shardwheel-spin-200us",
-        (true, true, 1000, 0, 10) => "shardwheel-slack-10ms",
+    const NAME: &'static str = match (LATENESS, EXACT, TICK_US, SPIN_US, SLACK_MS, EARLY) {
+        (true, true, 1000, 0, 0, true) => "shardwheel",
+        (false, true, 1000, 0, 0, true) => "shardwheel-no-lateness",
+        (true, false, 1000, 0, 0, true) => "shardwheel-tick-rounded",
+        (true, true, 100, 0, 0, true) => "shardwheel-tick-100us",
+        (true, true, 1000, 200, 0, true) => "shardwheel-spin-200us",
+        (true, true, 1000, 0, 10, true) => "shardwheel-slack-10ms",
+        (true, true, 1000, 0, 0, false) => "shardwheel-not-early",
         _ => "shardwheel-other",
     };
     type Armed = TimerHandle;
@@ -162,6 +165,7 @@ impl<
                 .exact_deadlines(EXACT)
                 .tick(Duration::from_micros(TICK_US))
                 .spin_before_deadline(Duration::from_micros(SPIN_US))
+                .wake_early(EARLY)
                 .build()
                 .expect("timer"),
         )
@@ -431,7 +435,7 @@ fn w6<E: Engine>() {
     let engine = E::start();
     let mut rng = SplitMix64(42);
     let count = W6_RATE_PER_S * W6_SPAN.as_secs() as u32;
-    let start = Instant::now();
+    let (cpu_before, start) = (process_cpu(), Instant::now());
     engine.enter(|| {
         for i in 0..count {
             let at = start + W6_SPAN * i / count;
@@ -443,9 +447,10 @@ fn w6<E: Engine>() {
         }
     });
     let all_fired = probe.wait_for(count as usize, Duration::from_secs(5));
+    let (cpu, wall) = (process_cpu() - cpu_before, start.elapsed());
     engine.stop();
     println!(
-        "RESULT W6 {} {} fired={} early={} all_fired={all_fired}",
+        "RESULT W6 {} {} fired={} early={} all_fired={all_fired} cpu_pct_of_core={:.2}",
         E::NAME,
         lateness_fields(
             &probe.sorted_lateness(),
@@ -453,6 +458,53 @@ fn w6<E: Engine>() {
         ),
         probe.fired.load(Relaxed),
         probe.early.load(Relaxed),
+        100.0 * cpu.as_secs_f64() / wall.as_secs_f64(),
+    );
+}
+
+/// W6's floor: what the OS gives a thread that sleeps to each of W6's deadlines itself
+/// (timer slack 1 ns, as a reaper asks for), while another thread wakes 1,000 times a
+/// second as W6's producer does. No engine can fire on time more often than its thread
+/// wakes on time, short of spinning.
+fn w6_floor() {
+    let mut rng = SplitMix64(42);
+    let count = W6_RATE_PER_S * W6_SPAN.as_secs() as u32;
+    let start = Instant::now() + Duration::from_millis(1);
+    let mut deadlines: Vec<Instant> = (0..count)
+        .map(|i| start + W6_SPAN * i / count + Duration::from_micros(rng.between(1_000, 100_000)))
+        .collect();
+    deadlines.sort_unstable();
+    let cpu_before = process_cpu();
+    let sleeper = thread::spawn(move || {
+        // SAFETY: `prctl(PR_SET_TIMERSLACK, 1)` sets the calling thread's timer slack; it
+        // takes no pointer and touches no memory of ours.
+        unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong) };
+        let probe = Probe::default();
+        for deadline in deadlines {
+            if let Some(wait) = deadline.checked_duration_since(Instant::now()) {
+                thread::sleep(wait);
+            }
+            probe.record(deadline);
+        }
+        probe
+    });
+    for i in 0..count {
+        let at = start + W6_SPAN * i / count;
+        if let Some(wait) = at.checked_duration_since(Instant::now()) {
+            thread::sleep(wait);
+        }
+    }
+    let (cpu, wall) = (process_cpu() - cpu_before, start.elapsed());
+    let probe = sleeper.join().expect("sleeper");
+    println!(
+        "RESULT W6 os-sleep-floor {} fired={} early={} cpu_pct_of_core={:.2}",
+        lateness_fields(
+            &probe.sorted_lateness(),
+            &[("p50", 0.5), ("p99", 0.99), ("max", 1.0)]
+        ),
+        probe.fired.load(Relaxed),
+        probe.early.load(Relaxed),
+        100.0 * cpu.as_secs_f64() / wall.as_secs_f64(),
     );
 }
 
@@ -484,10 +536,12 @@ fn main() {
     }
     if runs("W6") {
         w6::<Shardwheel>();
+        w6::<Shardwheel<true, true, 1000, 0, 0, false>>();
         w6::<Shardwheel<true, false>>();
         w6::<Shardwheel<true, true, 100>>();
         w6::<Shardwheel<true, true, 1000, 200>>();
         w6::<TokioSleep>();
+        w6_floor();
     }
     println!("# load average at end: {}", load_average());
 }

@@ -21,6 +21,7 @@
 //! The reaper's passes (`reaper`), its wheel over the slots (`filing`), the stages' side
 //! (`staged`) and the shutdown's wind-up (`wind_up`) have modules of their own.
 
+mod early;
 mod filing;
 mod reaper;
 mod staged;
@@ -113,6 +114,8 @@ pub struct Shard<T> {
     exact: bool,
     /// How long before a deadline the reaper stops sleeping and spins (0: never).
     spin_nanos: u64,
+    /// Whether the reaper also wakes early by the OS's usual lateness (see `early`).
+    wake_early: bool,
     stopping: AtomicBool,
     panicked: AtomicU64,
     /// Timers fired or handed back: counted by the reaper (or the wind-up).
@@ -162,6 +165,7 @@ impl<T> Shard<T> {
             record_lateness,
             exact,
             spin_nanos: 0,
+            wake_early: true,
             stopping: AtomicBool::new(false),
             panicked: AtomicU64::new(0),
             out: AtomicU64::new(0),
@@ -181,6 +185,12 @@ impl<T> Shard<T> {
     /// wake-ups on time to the microsecond, for a core kept busy while timers are near.
     pub(crate) fn with_spin(mut self, spin: Duration) -> Self {
         self.spin_nanos = clock::nanos(spin);
+        self
+    }
+
+    /// Whether the reaper wakes early by what it learns of the OS's lateness (`early`).
+    pub(crate) fn with_wake_early(mut self, wake_early: bool) -> Self {
+        self.wake_early = wake_early;
         self
     }
 

@@ -4,6 +4,7 @@
 //! `PENDING`, so a timer fires once or is cancelled, never both), and the loop parks until
 //! the next deadline.
 
+use super::early::EarlyWake;
 use super::{BATCH, IDLE_HORIZON, SHRINK_INTERVAL, Shard, TIDY_INTERVAL};
 use crate::clock::{self, Clock};
 use crate::due::{Due, Near};
@@ -19,6 +20,7 @@ impl<T> Shard<T> {
     pub(crate) fn run(&self, clock: &Clock, handler: &(dyn Fn(T) + Sync)) -> Vec<T> {
         self.register_reaper();
         let mut due = Due::new();
+        let mut early = EarlyWake::new(self.wake_early);
         loop {
             // Looked at before the pass, so that the last pass starts after the stop and
             // fires what was due by then (a drain counts on it). Relaxed: the flag carries
@@ -43,7 +45,10 @@ impl<T> Shard<T> {
             if wake_at.is_some_and(|at| at <= elapsed) {
                 continue;
             }
-            if let Some(at) = wake_at.filter(|at| at - elapsed <= self.spin_nanos) {
+            // The last stretch before a deadline: the spin asked for, and the OS's usual
+            // lateness in waking the reaper (`early`).
+            let lead = self.spin_nanos + early.lead();
+            if let Some(at) = wake_at.filter(|at| at - elapsed <= lead) {
                 self.spin_until(&due, at, clock);
                 continue;
             }
@@ -58,9 +63,15 @@ impl<T> Shard<T> {
             let horizon = elapsed.saturating_add(clock::nanos(interval));
             let plan = wake_at.map_or(horizon, |at| at.min(horizon));
             if self.may_sleep(&due, plan, tidying) {
-                // With a spin, wake that much early and spin the rest (above).
-                let wait = plan.saturating_sub(self.spin_nanos + clock.elapsed());
-                sync::park_timeout(Duration::from_nanos(wait));
+                // Before a deadline, wake `lead` early and spin the rest (above); a sleep
+                // until the horizon need not end early.
+                let for_deadline = wake_at == Some(plan);
+                let target = plan.saturating_sub(if for_deadline { lead } else { self.spin_nanos });
+                let asked_at = clock.elapsed();
+                sync::park_timeout(Duration::from_nanos(target.saturating_sub(asked_at)));
+                if for_deadline {
+                    early.observe(asked_at, target, clock.elapsed());
+                }
             }
         }
         self.wind_up(&mut due)

@@ -40,6 +40,7 @@ pub struct Builder {
     record_lateness: bool,
     exact_deadlines: bool,
     spin: Duration,
+    wake_early: bool,
 }
 
 impl Default for Builder {
@@ -53,6 +54,7 @@ impl Default for Builder {
             record_lateness: true,
             exact_deadlines: true,
             spin: Duration::ZERO,
+            wake_early: true,
         }
     }
 }
@@ -174,6 +176,23 @@ impl Builder {
         self
     }
 
+    /// Each reaper learns how late the OS ends its timed sleeps (a running median of it,
+    /// 50 us at most) and wakes that much before each deadline, spinning the rest: timers
+    /// fire within microseconds of their deadlines at the median, and the tail of their
+    /// lateness is shorter by the same amount. The spin lasts about as long as the OS
+    /// wakes the reaper earlier than usual. Off, a reaper sleeps until the deadline itself
+    /// and never spins but for [`spin_before_deadline`](Builder::spin_before_deadline).
+    /// Default: true.
+    ///
+    /// ```
+    /// let timer = shardwheel::Timer::builder().shards(1).wake_early(false).build().unwrap();
+    /// # drop(timer);
+    /// ```
+    pub fn wake_early(mut self, wake_early: bool) -> Self {
+        self.wake_early = wake_early;
+        self
+    }
+
     /// Starts no reaper threads: the timer's time stands still until [`Timer::advance`]
     /// moves it, and its callbacks run inside `advance`, on the caller's thread. For tests
     /// and fuzzing: the same shards, slots, inboxes and state words as the threaded engine,
@@ -272,6 +291,7 @@ impl Builder {
                 )
                 .with_bound(bound.clone())
                 .with_spin(self.spin)
+                .with_wake_early(self.wake_early)
             })
             .collect();
         let id = take_id(&NEXT_TIMER_ID).ok_or(BuildError::Ids)?;
