@@ -14,14 +14,21 @@
 //!
 //! The spin lasts as long as the OS wakes the reaper *earlier* than the estimate, which
 //! is short next to a wake-up's own cost: at W6's 1,000 wake-ups a second the process's
-//! CPU time did not grow measurably. The estimate is capped (`MAX_LEAD`), so a loaded
-//! machine, whose wake-ups come milliseconds late, never makes the reaper spin for long.
-//! Only sleeps until a deadline count: a sleep until the tidy interval or the idle horizon
-//! wakes nothing that is due, and is not shortened.
+//! CPU time did not grow measurably. On a busy machine a spin would take a core from the
+//! producers, so the reaper spins only right after a sleep that ran to its early target
+//! (never after a pass a producer woke it for, nor between passes back to back), and a
+//! wake-up later than `LOADED` is taken for the machine being busy, not for the OS's usual
+//! lateness: it moves the estimate down, so on a saturated machine the lead falls to zero.
+//! The estimate is capped (`MAX_LEAD`). Only sleeps until a deadline count: a sleep until
+//! the tidy interval or the idle horizon wakes nothing that is due, and is not shortened.
 
 /// The largest lead: on a machine where the OS wakes threads later than this at the
 /// median, spinning longer would cost a core for little gain.
 const MAX_LEAD: u64 = 50_000;
+
+/// A wake-up later than this is the machine being busy (the reaper waited for a core),
+/// which a spin does not help: it counts as an earlier one.
+const LOADED: u64 = 2 * MAX_LEAD;
 
 /// How far one wake-up moves the estimate, in nanoseconds.
 const STEP: u64 = 1_000;
@@ -33,16 +40,29 @@ pub(super) struct EarlyWake {
     lead: u64,
     /// False: the reaper sleeps until the deadline itself (`Builder::wake_early`).
     enabled: bool,
+    /// The last sleep's target was `lead` before its deadline.
+    led: bool,
+    /// The last sleep ran to that early target: the reaper may spin the rest.
+    woke_early: bool,
 }
 
 impl EarlyWake {
     pub(super) fn new(enabled: bool) -> Self {
-        EarlyWake { lead: 0, enabled }
+        EarlyWake {
+            lead: 0,
+            enabled,
+            led: false,
+            woke_early: false,
+        }
     }
 
-    /// How long before a deadline to wake, in nanoseconds.
-    pub(super) fn lead(&self) -> u64 {
-        self.lead
+    /// When to wake for a deadline at `deadline`, asked at `now` (nanoseconds since the
+    /// start): `lead` before it, unless that has passed already (then at the deadline,
+    /// without a spin).
+    pub(super) fn target(&mut self, deadline: u64, now: u64) -> u64 {
+        let early = deadline.saturating_sub(self.lead);
+        self.led = self.enabled && self.lead > 0 && early > now;
+        if self.led { early } else { deadline }
     }
 
     /// The reaper slept from `asked_at` to wake at `target` and woke at `woke` (all
@@ -50,13 +70,25 @@ impl EarlyWake {
     /// producer, not by the timeout, and says nothing of the OS's lateness; nor does one
     /// that was not asked to wait at all.
     pub(super) fn observe(&mut self, asked_at: u64, target: u64, woke: u64) {
+        self.woke_early = self.led && woke >= target;
         if !self.enabled || target <= asked_at || woke < target {
             return;
         }
-        if woke - target > self.lead {
+        let late = woke - target;
+        if late > self.lead && late <= LOADED {
             self.lead = (self.lead + STEP).min(MAX_LEAD);
         } else {
             self.lead = self.lead.saturating_sub(STEP);
+        }
+    }
+
+    /// How long before a deadline the reaper may spin now: the lead right after a sleep
+    /// that ran to its early target, once; zero at any other time.
+    pub(super) fn take_lead(&mut self) -> u64 {
+        if std::mem::take(&mut self.woke_early) {
+            self.lead
+        } else {
+            0
         }
     }
 }
@@ -65,11 +97,11 @@ impl EarlyWake {
 mod tests {
     use super::*;
 
-    /// Feeds `oversleeps` (nanoseconds) as timed sleeps of 1 ms each.
+    /// Feeds `oversleeps` (nanoseconds) as timed sleeps to an early target, 1 ms each.
     fn feed(early: &mut EarlyWake, oversleeps: impl IntoIterator<Item = u64>) {
         for (i, late) in oversleeps.into_iter().enumerate() {
             let asked_at = i as u64 * 2_000_000;
-            let target = asked_at + 1_000_000;
+            let target = early.target(asked_at + 1_000_000, asked_at);
             early.observe(asked_at, target, target + late);
         }
     }
@@ -77,47 +109,80 @@ mod tests {
     #[test]
     fn the_lead_settles_at_the_median_oversleep() {
         let mut early = EarlyWake::new(true);
-        // 30, 40 and 120 us in turn: the median is 40 us, the mean 63.
-        feed(&mut early, [30_000, 40_000, 120_000].into_iter().cycle().take(3_000));
-        assert!(
-            (38_000..=41_000).contains(&early.lead()),
-            "lead {}",
-            early.lead()
-        );
+        // 30, 40 and 90 us in turn: the median is 40 us, the mean 53.
+        feed(&mut early, [30_000, 40_000, 90_000].into_iter().cycle().take(3_000));
+        assert!((38_000..=41_000).contains(&early.lead), "lead {}", early.lead);
     }
 
     #[test]
     fn the_lead_follows_the_oversleep_down_again() {
         let mut early = EarlyWake::new(true);
         feed(&mut early, std::iter::repeat_n(45_000, 100));
-        assert!((44_000..=45_000).contains(&early.lead()), "lead {}", early.lead());
+        assert!((44_000..=45_000).contains(&early.lead), "lead {}", early.lead);
         feed(&mut early, std::iter::repeat_n(5_000, 100));
-        assert!(early.lead() <= 6_000, "lead {}", early.lead());
+        assert!(early.lead <= 6_000, "lead {}", early.lead);
     }
 
     #[test]
-    fn a_loaded_machine_caps_the_lead() {
+    fn the_lead_is_capped() {
         let mut early = EarlyWake::new(true);
-        feed(&mut early, std::iter::repeat_n(3_000_000, 500));
-        assert_eq!(early.lead(), MAX_LEAD);
+        feed(&mut early, std::iter::repeat_n(80_000, 500));
+        assert_eq!(early.lead, MAX_LEAD);
+    }
+
+    #[test]
+    fn a_busy_machine_brings_the_lead_down() {
+        let mut early = EarlyWake::new(true);
+        feed(&mut early, std::iter::repeat_n(45_000, 100));
+        // The reaper waited milliseconds for a core: spinning would not have helped.
+        feed(&mut early, std::iter::repeat_n(3_000_000, 100));
+        assert_eq!(early.lead, 0);
     }
 
     #[test]
     fn sleeps_ended_by_a_producer_or_never_asked_teach_nothing() {
         let mut early = EarlyWake::new(true);
         feed(&mut early, std::iter::repeat_n(20_000, 50));
-        let lead = early.lead();
+        let lead = early.lead;
         // Unparked half-way through: woke before the target.
         early.observe(0, 1_000_000, 500_000);
         // Asked to sleep until a target already passed: a pass's worth late, not the OS's.
         early.observe(2_000_000, 1_000_000, 2_100_000);
-        assert_eq!(early.lead(), lead);
+        assert_eq!(early.lead, lead);
+    }
+
+    #[test]
+    fn the_reaper_spins_only_right_after_a_sleep_that_ran_to_its_early_target() {
+        let mut early = EarlyWake::new(true);
+        feed(&mut early, std::iter::repeat_n(20_000, 50));
+        let lead = early.lead;
+        assert!(lead > 0);
+        // Ran to its early target: one spin of the lead.
+        let target = early.target(10_000_000, 9_000_000);
+        assert_eq!(target, 10_000_000 - lead);
+        early.observe(9_000_000, target, target + 5_000);
+        assert_eq!(early.take_lead(), early.lead);
+        assert!(early.lead > 0);
+        assert_eq!(early.take_lead(), 0);
+        // Woken by a producer before it.
+        let target = early.target(20_000_000, 19_000_000);
+        early.observe(19_000_000, target, target - 100_000);
+        assert_eq!(early.take_lead(), 0);
+        // The deadline was nearer than the lead: sleep to it, and no spin after.
+        let target = early.target(30_000_000, 30_000_000 - lead / 2);
+        assert_eq!(target, 30_000_000);
+        early.observe(30_000_000 - lead / 2, target, target + 5_000);
+        assert_eq!(early.take_lead(), 0);
     }
 
     #[test]
     fn turned_off_it_never_leads() {
         let mut early = EarlyWake::new(false);
         feed(&mut early, std::iter::repeat_n(40_000, 100));
-        assert_eq!(early.lead(), 0);
+        assert_eq!(early.lead, 0);
+        let target = early.target(10_000_000, 0);
+        assert_eq!(target, 10_000_000);
+        early.observe(0, target, target + 40_000);
+        assert_eq!(early.take_lead(), 0);
     }
 }
