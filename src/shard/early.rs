@@ -8,19 +8,21 @@
 //! asked to, and keeps a running median of that oversleep (one step up when a wake-up is
 //! later than the estimate, one down when it is earlier: the estimate settles where half
 //! the wake-ups are later, and one wild wake-up moves it by a step only). It then asks to
-//! wake that much before each deadline and spins the rest (`Shard::spin_until`), so a
+//! wake that much before each deadline further off than that, and spins the rest (`Shard::spin_until`), so a
 //! timer fires within microseconds of its deadline at the median, and the tail is shorter
 //! by the same amount.
 //!
 //! The spin lasts as long as the OS wakes the reaper *earlier* than the estimate, which
-//! is short next to a wake-up's own cost: at W6's 1,000 wake-ups a second the process's
-//! CPU time did not grow measurably. On a busy machine a spin would take a core from the
-//! producers, so the reaper spins only right after a sleep that ran to its early target
-//! (never after a pass a producer woke it for, nor between passes back to back), and a
-//! wake-up later than `LOADED` is taken for the machine being busy, not for the OS's usual
-//! lateness: it moves the estimate down, so on a saturated machine the lead falls to zero.
-//! The estimate is capped (`MAX_LEAD`). Only sleeps until a deadline count: a sleep until
-//! the tidy interval or the idle horizon wakes nothing that is due, and is not shortened.
+//! is short next to a wake-up's own cost: in W6 (a timer a millisecond, each a wake-up at
+//! its tick's start and one at its deadline) the process's CPU time did not grow
+//! measurably. On a busy machine a spin would take a core from the producers, so the
+//! reaper spins only within a lead of the deadline a sleep that ran to its early target
+//! was for (never after a pass a producer woke it for, nor between passes back to back),
+//! and a wake-up later than `LOADED` is taken for the machine being busy, not for the OS's
+//! usual lateness: it moves the estimate down, so on a saturated machine the lead falls to
+//! zero. The estimate is capped (`MAX_LEAD`). Only sleeps until something due count (a
+//! deadline, a tick's start, a cascade): a sleep until the tidy interval or the idle
+//! horizon wakes nothing that is due, and is not shortened.
 
 /// The largest lead: on a machine where the OS wakes threads later than this at the
 /// median, spinning longer would cost a core for little gain.
@@ -40,10 +42,11 @@ pub(super) struct EarlyWake {
     lead: u64,
     /// False: the reaper sleeps until the deadline itself (`Builder::wake_early`).
     enabled: bool,
-    /// The last sleep's target was `lead` before its deadline.
-    led: bool,
-    /// The last sleep ran to that early target: the reaper may spin the rest.
-    woke_early: bool,
+    /// The lead the last sleep's target was set by, if it was set early.
+    led: Option<u64>,
+    /// After a sleep that ran to its early target: until when (nanoseconds since the
+    /// start) the reaper may spin, and for how long before a deadline.
+    window: Option<(u64, u64)>,
 }
 
 impl EarlyWake {
@@ -51,8 +54,8 @@ impl EarlyWake {
         EarlyWake {
             lead: 0,
             enabled,
-            led: false,
-            woke_early: false,
+            led: None,
+            window: None,
         }
     }
 
@@ -61,18 +64,26 @@ impl EarlyWake {
     /// without a spin).
     pub(super) fn target(&mut self, deadline: u64, now: u64) -> u64 {
         let early = deadline.saturating_sub(self.lead);
-        self.led = self.enabled && self.lead > 0 && early > now;
-        if self.led { early } else { deadline }
+        self.led = (self.enabled && self.lead > 0 && early > now).then_some(self.lead);
+        if self.led.is_some() { early } else { deadline }
     }
 
     /// The reaper slept from `asked_at` to wake at `target` and woke at `woke` (all
     /// nanoseconds since the start). A sleep that ended before its target was ended by a
     /// producer, not by the timeout, and says nothing of the OS's lateness; nor does one
     /// that was not asked to wait at all.
+    ///
+    /// After a sleep that ran to its early target, the reaper may spin until a lead past
+    /// the deadline it woke for: to that deadline, to a deadline within a lead after it
+    /// (with exact deadlines, the reaper wakes for a tick's start, and then for the first
+    /// deadline in it), and again after a spin that new work cut short.
     pub(super) fn observe(&mut self, asked_at: u64, target: u64, woke: u64) {
-        self.woke_early = self.led && woke >= target;
+        let led = self.led.take();
         if !self.enabled || target <= asked_at || woke < target {
             return;
+        }
+        if let Some(lead) = led {
+            self.window = Some((target + 2 * lead, lead));
         }
         let late = woke - target;
         if late > self.lead && late <= LOADED {
@@ -82,13 +93,13 @@ impl EarlyWake {
         }
     }
 
-    /// How long before a deadline the reaper may spin now: the lead right after a sleep
-    /// that ran to its early target, once; zero at any other time.
-    pub(super) fn take_lead(&mut self) -> u64 {
-        if std::mem::take(&mut self.woke_early) {
-            self.lead
-        } else {
-            0
+    /// How long before a deadline the reaper may spin at `now` (nanoseconds since the
+    /// start): the lead its last sleep woke early by, within that sleep's window (see
+    /// `observe`); zero at any other time.
+    pub(super) fn spin_lead(&self, now: u64) -> u64 {
+        match self.window {
+            Some((until, lead)) if now <= until => lead,
+            _ => 0,
         }
     }
 }
@@ -152,27 +163,32 @@ mod tests {
     }
 
     #[test]
-    fn the_reaper_spins_only_right_after_a_sleep_that_ran_to_its_early_target() {
+    fn the_reaper_spins_only_within_a_lead_of_a_deadline_it_woke_early_for() {
         let mut early = EarlyWake::new(true);
         feed(&mut early, std::iter::repeat_n(20_000, 50));
         let lead = early.lead;
         assert!(lead > 0);
-        // Ran to its early target: one spin of the lead.
+        // Ran to its early target: the reaper may spin until a lead past the deadline.
         let target = early.target(10_000_000, 9_000_000);
         assert_eq!(target, 10_000_000 - lead);
         early.observe(9_000_000, target, target + 5_000);
-        assert_eq!(early.take_lead(), early.lead);
-        assert!(early.lead > 0);
-        assert_eq!(early.take_lead(), 0);
-        // Woken by a producer before it.
+        assert_eq!(early.spin_lead(target + 5_000), lead);
+        assert_eq!(early.spin_lead(10_000_000 + lead), lead);
+        assert_eq!(early.spin_lead(10_000_000 + lead + 1), 0);
+        // Woken by a producer before its target: no spin.
         let target = early.target(20_000_000, 19_000_000);
         early.observe(19_000_000, target, target - 100_000);
-        assert_eq!(early.take_lead(), 0);
+        assert_eq!(early.spin_lead(target - 100_000), 0);
+        assert_eq!(early.spin_lead(20_000_000), 0);
         // The deadline was nearer than the lead: sleep to it, and no spin after.
+        let lead = early.lead;
         let target = early.target(30_000_000, 30_000_000 - lead / 2);
         assert_eq!(target, 30_000_000);
         early.observe(30_000_000 - lead / 2, target, target + 5_000);
-        assert_eq!(early.take_lead(), 0);
+        assert_eq!(early.spin_lead(target + 5_000), 0);
+        // Asked to sleep until a target already passed: no window either.
+        early.observe(40_000_000, 39_000_000, 40_000_000);
+        assert_eq!(early.spin_lead(40_000_000), 0);
     }
 
     #[test]
@@ -183,6 +199,6 @@ mod tests {
         let target = early.target(10_000_000, 0);
         assert_eq!(target, 10_000_000);
         early.observe(0, target, target + 40_000);
-        assert_eq!(early.take_lead(), 0);
+        assert_eq!(early.spin_lead(target + 40_000), 0);
     }
 }

@@ -31,9 +31,6 @@ impl<T> Shard<T> {
             // them in batches, and cancellers leave it be; once a pass finds none, it
             // sleeps until its next deadline, and the next cancel wakes it.
             let tidying = self.pass(&mut due, now, &|| clock.elapsed(), handler);
-            // Right after a sleep that ended at its early target, the reaper spins the
-            // rest of the way to the deadline; at any other time it does not (`early`).
-            let lead = self.spin_nanos + early.take_lead();
             if stopping {
                 break;
             }
@@ -48,6 +45,9 @@ impl<T> Shard<T> {
             if wake_at.is_some_and(|at| at <= elapsed) {
                 continue;
             }
+            // The spin asked for, and, soon after a sleep that ended at its early target,
+            // the OS's usual lateness (`early`).
+            let lead = self.spin_nanos + early.spin_lead(elapsed);
             if let Some(at) = wake_at.filter(|at| at - elapsed <= lead) {
                 self.spin_until(&due, at, clock);
                 continue;
@@ -63,16 +63,16 @@ impl<T> Shard<T> {
             let horizon = elapsed.saturating_add(clock::nanos(interval));
             let plan = wake_at.map_or(horizon, |at| at.min(horizon));
             if self.may_sleep(&due, plan, tidying) {
-                // With a spin, wake that much early and spin the rest (above); before a
-                // deadline, also by the OS's usual lateness (a sleep until the horizon
-                // need not end early).
-                let for_deadline = wake_at == Some(plan);
+                // Before a deadline, wake early by the spin asked for and by the OS's
+                // usual lateness, and spin the rest (above); a sleep until the horizon
+                // has nothing to be early for.
                 let asked_at = clock.elapsed();
-                let target = plan.saturating_sub(self.spin_nanos);
-                let target = if for_deadline { early.target(target, asked_at) } else { target };
-                sync::park_timeout(Duration::from_nanos(target.saturating_sub(asked_at)));
-                if for_deadline {
+                if wake_at == Some(plan) {
+                    let target = early.target(plan.saturating_sub(self.spin_nanos), asked_at);
+                    sync::park_timeout(Duration::from_nanos(target.saturating_sub(asked_at)));
                     early.observe(asked_at, target, clock.elapsed());
+                } else {
+                    sync::park_timeout(Duration::from_nanos(plan.saturating_sub(asked_at)));
                 }
             }
         }

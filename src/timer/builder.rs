@@ -177,14 +177,14 @@ impl Builder {
     }
 
     /// Each reaper learns how late the OS ends its timed sleeps (a running median of it,
-    /// 50 us at most) and wakes that much before each deadline, spinning the rest: timers
-    /// fire within microseconds of their deadlines at the median, and the tail of their
-    /// lateness is shorter by the same amount. The spin lasts about as long as the OS
-    /// wakes the reaper earlier than usual, and comes only right after such a sleep: a
-    /// reaper kept busy by producers, or waiting for a core on a loaded machine, does not
-    /// spin. Off, a reaper sleeps until the deadline itself
-    /// and never spins but for [`spin_before_deadline`](Builder::spin_before_deadline).
-    /// Default: true.
+    /// 50 us at most) and wakes that much before each deadline it sleeps for, spinning
+    /// the rest: timers fire within microseconds of their deadlines at the median, and the
+    /// tail of their lateness is shorter by the same amount. The spin lasts about as long
+    /// as the OS wakes the reaper earlier than usual, and comes only after such a sleep,
+    /// near the deadline it was for: a reaper kept busy by producers, or waiting for a
+    /// core on a loaded machine, does not spin. Off, a reaper sleeps until the deadline
+    /// itself and never spins but for
+    /// [`spin_before_deadline`](Builder::spin_before_deadline). Default: true.
     ///
     /// ```
     /// let timer = shardwheel::Timer::builder().shards(1).wake_early(false).build().unwrap();
