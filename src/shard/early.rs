@@ -12,13 +12,17 @@
 //! timer fires within microseconds of its deadline at the median, and the tail is shorter
 //! by the same amount.
 //!
-//! The spin lasts as long as the OS wakes the reaper *earlier* than the estimate, which
-//! is short next to a wake-up's own cost: in W6 (a timer a millisecond, each a wake-up at
-//! its tick's start and one at its deadline) the process's CPU time did not grow
-//! measurably. On a busy machine a spin would take a core from the producers, so the
-//! reaper spins only within a lead of the deadline a sleep that ran to its early target
-//! was for (never after a pass a producer woke it for, nor between passes back to back),
-//! and a wake-up later than `LOADED` is taken for the machine being busy, not for the OS's
+//! The spin lasts as long as the OS wakes the reaper *earlier* than the estimate, a few
+//! microseconds: in W6 (a timer a millisecond, each a wake-up at its tick's start and one
+//! at its deadline) the process's CPU time did not grow measurably. But a reaper whose
+//! deadlines come every few tens of microseconds would spin a core's tenth away, from
+//! producers that share its core (W3 at one producer thread lost 4-13 % of its throughput
+//! so), and on a busy machine any spin takes a core from somebody. So the reaper spins
+//! for at most 1 % of its time (a budget that grows by a hundredth of the time that
+//! passes, up to `MAX_BUDGET`; without the lead's worth in it, a sleep is not shortened);
+//! it spins only within a lead of the deadline a sleep that ran to its early target was
+//! for (never after a pass a producer woke it for, nor between passes back to back); and a
+//! wake-up later than `LOADED` is taken for the machine being busy, not for the OS's
 //! usual lateness: it moves the estimate down, so on a saturated machine the lead falls to
 //! zero. The estimate is capped (`MAX_LEAD`). Only sleeps until something due count (a
 //! deadline, a tick's start, a cascade): a sleep until the tidy interval or the idle
@@ -35,6 +39,12 @@ const LOADED: u64 = 2 * MAX_LEAD;
 /// How far one wake-up moves the estimate, in nanoseconds.
 const STEP: u64 = 1_000;
 
+/// The reaper spins for at most one part in `SHARE` of its time (see the module doc).
+const SHARE: u64 = 100;
+
+/// The most spinning time a reaper saves up while it does not spin, in nanoseconds.
+const MAX_BUDGET: u64 = 1_000_000;
+
 /// A running median of how late the OS ends the reaper's timed sleeps.
 #[derive(Debug)]
 pub(super) struct EarlyWake {
@@ -47,6 +57,9 @@ pub(super) struct EarlyWake {
     /// After a sleep that ran to its early target: until when (nanoseconds since the
     /// start) the reaper may spin, and for how long before a deadline.
     window: Option<(u64, u64)>,
+    /// Spinning time the reaper may still spend, in nanoseconds, as of `refilled_at`.
+    budget: u64,
+    refilled_at: u64,
 }
 
 impl EarlyWake {
@@ -56,6 +69,8 @@ impl EarlyWake {
             enabled,
             led: None,
             window: None,
+            budget: 0,
+            refilled_at: 0,
         }
     }
 
@@ -63,9 +78,19 @@ impl EarlyWake {
     /// start): `lead` before it, unless that has passed already (then at the deadline,
     /// without a spin).
     pub(super) fn target(&mut self, deadline: u64, now: u64) -> u64 {
+        // The budget grows by a `SHARE`th of the time since it last grew.
+        let earned = now.saturating_sub(self.refilled_at) / SHARE;
+        self.budget = self.budget.saturating_add(earned).min(MAX_BUDGET);
+        self.refilled_at = self.refilled_at.max(now);
         let early = deadline.saturating_sub(self.lead);
-        self.led = (self.enabled && self.lead > 0 && early > now).then_some(self.lead);
+        let affordable = self.budget >= self.lead;
+        self.led = (self.enabled && self.lead > 0 && early > now && affordable).then_some(self.lead);
         if self.led.is_some() { early } else { deadline }
+    }
+
+    /// The reaper spun for `nanos` on the lead (`spin_lead`): taken from its budget.
+    pub(super) fn spent(&mut self, nanos: u64) {
+        self.budget = self.budget.saturating_sub(nanos);
     }
 
     /// The reaper slept from `asked_at` to wake at `target` and woke at `woke` (all
@@ -189,6 +214,34 @@ mod tests {
         // Asked to sleep until a target already passed: no window either.
         early.observe(40_000_000, 39_000_000, 40_000_000);
         assert_eq!(early.spin_lead(40_000_000), 0);
+    }
+
+    #[test]
+    fn the_reaper_spins_for_at_most_a_hundredth_of_its_time() {
+        let mut early = EarlyWake::new(true);
+        feed(&mut early, std::iter::repeat_n(20_000, 100));
+        // Deadlines every 100 us, each spun for a whole lead, for 100 ms: the budget saved
+        // up (1 ms) and what 100 ms earn (1 ms) pay for about a hundred spins of 20 us.
+        let mut now = 1_000_000_000;
+        let mut spun = 0;
+        let mut led = 0;
+        for _ in 0..1_000 {
+            let deadline = now + 100_000;
+            let target = early.target(deadline, now);
+            // The OS wakes the reaper 20 us late every time.
+            early.observe(now, target, target + 20_000);
+            if target < deadline {
+                led += 1;
+                let lead = early.spin_lead(target + 20_000);
+                early.spent(lead);
+                spun += lead;
+            }
+            now = deadline;
+        }
+        assert!((1_900_000..=2_100_000).contains(&spun), "spun {spun} in {led} spins");
+        // A quiet second later, the reaper leads again.
+        let now = now + 1_000_000_000;
+        assert!(early.target(now + 1_000_000, now) < now + 1_000_000);
     }
 
     #[test]

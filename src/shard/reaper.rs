@@ -47,9 +47,12 @@ impl<T> Shard<T> {
             }
             // The spin asked for, and, soon after a sleep that ended at its early target,
             // the OS's usual lateness (`early`).
-            let lead = self.spin_nanos + early.spin_lead(elapsed);
-            if let Some(at) = wake_at.filter(|at| at - elapsed <= lead) {
-                self.spin_until(&due, at, clock);
+            let early_lead = early.spin_lead(elapsed);
+            if let Some(at) = wake_at.filter(|at| at - elapsed <= self.spin_nanos + early_lead) {
+                let stopped = self.spin_until(&due, at, clock);
+                if early_lead > 0 {
+                    early.spent(stopped.saturating_sub(elapsed));
+                }
                 continue;
             }
             // The reaper wakes for its next work, and at the latest after a while (the
@@ -93,9 +96,10 @@ impl<T> Shard<T> {
     }
 
     /// Spins until `at` (nanoseconds since the start), or until work arrives or the shard
-    /// stops.
-    pub(super) fn spin_until(&self, due: &Due, at: u64, clock: &Clock) {
-        while clock.elapsed() < at
+    /// stops; returns when it stopped.
+    pub(super) fn spin_until(&self, due: &Due, at: u64, clock: &Clock) -> u64 {
+        let mut now = clock.elapsed();
+        while now < at
             && self.inbox.is_empty()
             && self.changes.is_empty()
             && !self.stages_due_before(due, at)
@@ -103,7 +107,9 @@ impl<T> Shard<T> {
             && !self.stopping.load(Ordering::Relaxed)
         {
             std::hint::spin_loop();
+            now = clock.elapsed();
         }
+        now
     }
 
     /// Makes the calling thread the one producers unpark. The reaper calls it once, first.
