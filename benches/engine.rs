@@ -449,9 +449,20 @@ fn w6<E: Engine>() {
     let all_fired = probe.wait_for(count as usize, Duration::from_secs(5));
     let (cpu, wall) = (process_cpu() - cpu_before, start.elapsed());
     engine.stop();
-    println!(
-        "RESULT W6 {} {} fired={} early={} all_fired={all_fired} cpu_pct_of_core={:.2}",
+    w6_line(
         E::NAME,
+        probe,
+        &format!(" all_fired={all_fired}"),
+        cpu,
+        wall,
+    );
+}
+
+/// Prints W6's line for `name`: the lateness and counts `probe` saw, `extra` fields, and
+/// the process's CPU time `cpu` over `wall`.
+fn w6_line(name: &str, probe: &Probe, extra: &str, cpu: Duration, wall: Duration) {
+    println!(
+        "RESULT W6 {name} {} fired={} early={}{extra} cpu_pct_of_core={:.2}",
         lateness_fields(
             &probe.sorted_lateness(),
             &[("p50", 0.5), ("p99", 0.99), ("max", 1.0)]
@@ -496,16 +507,7 @@ fn w6_floor() {
     }
     let (cpu, wall) = (process_cpu() - cpu_before, start.elapsed());
     let probe = sleeper.join().expect("sleeper");
-    println!(
-        "RESULT W6 os-sleep-floor {} fired={} early={} cpu_pct_of_core={:.2}",
-        lateness_fields(
-            &probe.sorted_lateness(),
-            &[("p50", 0.5), ("p99", 0.99), ("max", 1.0)]
-        ),
-        probe.fired.load(Relaxed),
-        probe.early.load(Relaxed),
-        100.0 * cpu.as_secs_f64() / wall.as_secs_f64(),
-    );
+    w6_line("os-sleep-floor", &probe, "", cpu, wall);
 }
 
 fn main() {
