@@ -82,6 +82,26 @@ fn shrink_until_settled(slots: &Slots<u64>, freed: &mut Freed, pending: usize) {
     panic!("the shrink never settled");
 }
 
+/// With nothing pending, shrinks until settled, and checks that all but the chunks kept
+/// for good went back.
+fn assert_shrinks_to_the_kept_chunks(slots: &Slots<u64>, freed: &mut Freed) {
+    shrink_until_settled(slots, freed, 0);
+    assert_eq!(frontier(slots), first_index(KEEP_CHUNKS));
+}
+
+/// Slots through which 100,000 timers (1,000 under miri) went and were freed, and a
+/// shrink begun by a step that saw a twentieth of them still pending (returned): it keeps
+/// room for four times that, and has sorted a share of the free stack.
+fn a_shrink_begun_with_a_twentieth_pending() -> (Slots<u64>, Freed, usize) {
+    let slots: Slots<u64> = Slots::new();
+    let mut freed = Freed::new();
+    let count = if cfg!(miri) { 1_000 } else { 100_000 };
+    take_and_free(&slots, count, &mut freed);
+    let early = count / 20;
+    assert!(slots.shrink(&mut freed, early));
+    (slots, freed, early)
+}
+
 fn frontier(slots: &Slots<u64>) -> u32 {
     slots.claimed.load(Ordering::Relaxed) as u32
 }
@@ -178,17 +198,11 @@ fn a_slot_in_use_keeps_its_chunk_until_it_is_freed() {
 // reaper slept: the rest stayed until the next pass, which might never come.
 #[test]
 fn a_shrink_that_ends_high_is_followed_by_the_next_in_the_same_step() {
-    let slots: Slots<u64> = Slots::new();
-    let mut freed = Freed::new();
-    let count = if cfg!(miri) { 1_000 } else { 100_000 };
-    take_and_free(&slots, count, &mut freed);
-    let early = count / 20;
     // The first step sees a twentieth of the timers still pending: it begins a shrink
     // that keeps room for four times that, and sorts a share of the free stack.
-    assert!(slots.shrink(&mut freed, early));
+    let (slots, mut freed, _) = a_shrink_begun_with_a_twentieth_pending();
     // The steps after see none pending: once that shrink is done, the next begins.
-    shrink_until_settled(&slots, &mut freed, 0);
-    assert_eq!(frontier(&slots), first_index(KEEP_CHUNKS));
+    assert_shrinks_to_the_kept_chunks(&slots, &mut freed);
 }
 
 // A shrink used to take the free stack for itself and sort it a share a pass, while
@@ -222,8 +236,7 @@ fn producers_take_the_slots_a_shrink_has_still_to_sort_before_new_ones() {
         let slot = unsafe { slots.owned(index) }.unwrap();
         slots.release(index, slot, generation, &mut freed);
     }
-    shrink_until_settled(&slots, &mut freed, 0);
-    assert_eq!(frontier(&slots), first_index(KEEP_CHUNKS));
+    assert_shrinks_to_the_kept_chunks(&slots, &mut freed);
 }
 
 #[test]
@@ -456,13 +469,8 @@ fn batches_stack_up_and_come_off_newest_first() {
 /// them (it did, and their chunk could never be given back again).
 #[test]
 fn slots_pushed_back_on_the_spare_stack_after_a_shrink_reach_the_next() {
-    let slots: Slots<u64> = Slots::new();
-    let mut freed = Freed::new();
-    let count = if cfg!(miri) { 1_000 } else { 100_000 };
-    take_and_free(&slots, count, &mut freed);
-    let early = count / 20;
     // A first shrink, sorted until the spare stack's top batch is below its limit.
-    assert!(slots.shrink(&mut freed, early));
+    let (slots, mut freed, early) = a_shrink_begun_with_a_twentieth_pending();
     let limit = freed.shrink.as_ref().unwrap().limit;
     for _ in 0..100 {
         let top = slots.spare.load(Ordering::Relaxed) as u32;
@@ -485,8 +493,7 @@ fn slots_pushed_back_on_the_spare_stack_after_a_shrink_reach_the_next() {
     slots.release(first, kept, generation, &mut freed);
     slots.recycle(&mut freed);
     // Nothing pending: the next shrink gives back all but the kept chunks.
-    shrink_until_settled(&slots, &mut freed, 0);
-    assert_eq!(frontier(&slots), first_index(KEEP_CHUNKS));
+    assert_shrinks_to_the_kept_chunks(&slots, &mut freed);
 }
 
 /// A pass that frees more than a batch's worth pushes several batches: one thread's stage
