@@ -1,7 +1,7 @@
 //! `Builder`: a timer's configuration, checked, and the start of its shards and reapers.
 //! Also what makes a timer's handles its own: an id never given twice.
 
-use super::{Driver, Engine, Manual, Timer};
+use super::{reaper_thread, Driver, Engine, Manual, Timer};
 use crate::bound::Bound;
 use crate::callback::Callback;
 use crate::clock::Clock;
@@ -327,7 +327,7 @@ impl Builder {
                         // Pinning is an optimisation: where it is refused, run unpinned.
                         let _ = core_affinity::set_for_current(core);
                     }
-                    tighten_timer_slack();
+                    reaper_thread::prepare();
                     // A callback that schedules (a periodic run rescheduling itself) does
                     // so on this reaper's own shard, and takes no producer's turn.
                     scheduler::keep_to_shard(index);
@@ -353,19 +353,6 @@ impl Builder {
             Some(error) => Err(BuildError::Thread(error)),
             None => Ok(timer),
         }
-    }
-}
-
-/// Asks the OS to end the calling thread's timed sleeps on time: Linux lets a sleep run
-/// up to the thread's timer slack (50 us by default) past its timeout, to batch wake-ups,
-/// which would add that to the lateness of every exactly-due timer. A reaper sleeps once
-/// per deadline at most, so the batching it gives up is small.
-fn tighten_timer_slack() {
-    #[cfg(target_os = "linux")]
-    // SAFETY: PR_SET_TIMERSLACK takes one integer argument (the slack in nanoseconds) and
-    // changes only the calling thread's timer slack; no memory is passed.
-    unsafe {
-        libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong);
     }
 }
 

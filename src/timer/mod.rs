@@ -12,6 +12,7 @@
 mod builder;
 mod drain;
 mod manual;
+mod reaper_thread;
 
 pub use builder::Builder;
 use manual::{Advancing, Manual};
@@ -59,6 +60,12 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// the shard's other timers (hand long work to an executor or a channel from the callback).
 /// A callback that panics is caught and counted ([`panicked`](Self::panicked)); the shard
 /// goes on.
+///
+/// On Linux a reaper asks the OS to end its timed sleeps on time (a 1 ns timer slack) and
+/// for the shortest scheduler slice (100 us; Linux 6.12 and later keep it), which gives it
+/// no more CPU than its fair share but an earlier turn when it wakes, so that timers come
+/// due while producers keep every core busy fire sooner. It keeps the nice value and
+/// policy it was started with, and runs under a real-time policy as it is.
 ///
 /// # Hand-over
 ///
