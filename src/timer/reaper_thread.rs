@@ -40,8 +40,8 @@ fn tighten_timer_slack() {
 }
 
 /// Asks for a [`SLICE_NANOS`] scheduler slice for the calling thread, keeping its policy
-/// and nice value. Only the fair policies have slices; a thread running under a real-time
-/// or deadline policy is left as it is.
+/// and nice value. Only the normal and batch policies are changed: a thread the
+/// application put under `SCHED_IDLE`, a real-time or a deadline policy is left as it is.
 #[cfg(all(target_os = "linux", not(miri)))]
 fn ask_for_short_slice() {
     let Some(mut attr) = scheduling() else {
