@@ -5,14 +5,10 @@
 
 use std::time::Duration;
 
-fn zeroed_attr() -> libc::sched_attr {
-    // SAFETY: sched_attr is plain integers, for which all zeros is a value.
-    unsafe { std::mem::zeroed() }
-}
-
 /// Thread `tid`'s scheduling attributes (0: the calling thread).
 fn scheduling(tid: libc::pid_t) -> libc::sched_attr {
-    let mut attr = zeroed_attr();
+    // SAFETY: sched_attr is plain integers, for which all zeros is a value.
+    let mut attr: libc::sched_attr = unsafe { std::mem::zeroed() };
     let size = std::mem::size_of::<libc::sched_attr>() as libc::c_uint;
     // SAFETY: sched_getattr(2) writes at most `size` bytes to a `sched_attr` of that size
     // owned by this frame.
@@ -69,32 +65,35 @@ fn kernel_keeps_slices() -> bool {
 #[test]
 fn reapers_ask_for_the_shortest_slice_and_keep_their_nice_value() {
     let keeps = kernel_keeps_slices();
-    let attrs = std::thread::spawn(|| {
+    let default_slice = scheduling(0).sched_runtime;
+    let attrs = std::thread::spawn(move || {
         // A nice value for the reapers to inherit (raising it needs no privilege), which
         // asking for a slice must not reset.
         // SAFETY: setpriority(2) with who 0 changes the calling thread's nice value on
         // Linux; no memory is passed.
         assert_eq!(unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 5) }, 0);
         let timer = shardwheel::Timer::builder().shards(2).build().unwrap();
-        // A reaper sets itself up first thing, before it sleeps: once it has slept, it is
-        // set. Wait until both have started and a little more.
-        let mut reapers = Vec::new();
-        for _ in 0..400 {
-            reapers = threads_named("shardwheel-reap");
-            if reapers.len() == 2 {
+        // A reaper sets itself up first thing, once started: wait (5 s at most, for a
+        // loaded machine) until both are there and, where the kernel keeps slices, show
+        // one that is not the default.
+        let mut attrs = Vec::new();
+        for _ in 0..1000 {
+            let reapers = threads_named("shardwheel-reap");
+            attrs = reapers.iter().map(|&tid| scheduling(tid)).collect();
+            let set = attrs
+                .iter()
+                .all(|a| !keeps || a.sched_runtime != default_slice);
+            if attrs.len() == 2 && set {
                 break;
             }
             std::thread::sleep(Duration::from_millis(5));
         }
-        std::thread::sleep(Duration::from_millis(50));
-        let attrs: Vec<_> = reapers.iter().map(|&tid| scheduling(tid)).collect();
         drop(timer);
         attrs
     })
     .join()
     .unwrap();
     assert_eq!(attrs.len(), 2, "two reaper threads");
-    let default_slice = scheduling(0).sched_runtime;
     for attr in attrs {
         assert_eq!(attr.sched_nice, 5);
         assert_eq!(attr.sched_policy as libc::c_int, libc::SCHED_OTHER);

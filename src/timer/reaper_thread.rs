@@ -4,13 +4,14 @@
 //!
 //! Linux's fair scheduler (EEVDF, 6.6 and later) picks among the runnable threads that
 //! are owed CPU time the one whose virtual deadline comes first, and a thread's deadline is
-//! where its virtual runtime will be after one more slice. A thread may ask for its own slice (6.12 and later):
-//! a short one does not give it more CPU, only an earlier turn when it wakes, at the cost
-//! of being preempted sooner. That is a reaper's pattern exactly: short passes between
-//! sleeps. Without it, when producers keep every core busy, a woken reaper waits behind
-//! their default slices (1.4 ms on two cores, longer on more) and every timer due meanwhile fires that much later. Older
-//! kernels ignore the request; a failed request changes nothing. Asking for a slice keeps
-//! the thread's nice value and policy: they are read first and written back unchanged.
+//! where its virtual runtime will be after one more slice. A thread may ask for its own
+//! slice (6.12 and later): a short one does not give it more CPU, only an earlier turn when
+//! it wakes, at the cost of being preempted sooner. That is a reaper's pattern exactly:
+//! short passes between sleeps. Without it, when producers keep every core busy, a woken
+//! reaper waits behind their default slices (1.4 ms on two cores, longer on more) and
+//! every timer due meanwhile fires that much later. Older kernels ignore the request; a
+//! failed request changes nothing. Asking for a slice keeps the thread's nice value and
+//! policy: they are read first and written back unchanged.
 
 /// The slice a reaper asks for: 100 us, the shortest Linux grants.
 #[cfg(all(target_os = "linux", not(miri)))]
