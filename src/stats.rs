@@ -119,6 +119,11 @@ pub struct Counts {
     pub cascaded: u64,
     /// Reaper passes: wake-ups, plus the passes a busy reaper makes without sleeping.
     pub passes: u64,
+    /// Times a producer found its shard's reaper awake but behind (thousands of timers or
+    /// cancels waiting for it) and gave it the rest of its time slice, as
+    /// [`Timer::schedule`] and [`Timer::cancel`] do. Steady growth means producers
+    /// outrun the reapers: the cores are saturated.
+    pub yielded: u64,
     /// Timer slots the shards hold, pending or free: their memory, which grows with the
     /// most timers pending at once and falls back after a spike (see [`Timer`]'s
     /// "Memory").
@@ -136,7 +141,7 @@ impl Counts {
     /// assert_eq!(named[0], ("scheduled", 0));
     /// assert!(named.iter().any(|&(name, _)| name == "pending"));
     /// ```
-    pub fn named(&self) -> [(&'static str, u64); 9] {
+    pub fn named(&self) -> [(&'static str, u64); 10] {
         [
             ("scheduled", self.scheduled),
             ("cancelled", self.cancelled),
@@ -146,6 +151,7 @@ impl Counts {
             ("pending", self.pending as u64),
             ("cascaded", self.cascaded),
             ("passes", self.passes),
+            ("yielded", self.yielded),
             ("slots", self.slots),
         ]
     }
@@ -174,6 +180,7 @@ impl AddAssign for Counts {
         self.pending += other.pending;
         self.cascaded += other.cascaded;
         self.passes += other.passes;
+        self.yielded += other.yielded;
         self.slots += other.slots;
     }
 }

@@ -141,13 +141,38 @@ impl Wakeup {
         }
     }
 
-    /// A backlog has built up in an inbox: wakes the reaper if it sleeps at all. A hint
-    /// for throughput, not part of the handshake: a reaper about to sleep sees the
-    /// backlog in its last look anyway.
-    pub(crate) fn notify_backlog(&self) {
+    /// A backlog has built up in an inbox: wakes the reaper if it sleeps at all, and
+    /// otherwise yields to it (see `yield_to_reaper`); true if it yielded. A hint, not
+    /// part of the handshake: a reaper about to sleep sees the backlog in its last look
+    /// anyway.
+    pub(crate) fn notify_backlog(&self) -> bool {
+        // Relaxed: a hint, as said; a stale plan at worst wakes a running reaper or
+        // yields to one that has just gone to sleep.
         if self.plan.load(Ordering::Relaxed) != AWAKE {
             self.wake();
+            return false;
         }
+        self.yield_to_reaper()
+    }
+
+    /// The reaper is awake (at work, or runnable and waiting for a core) and behind by a
+    /// backlog: the calling producer gives up the rest of its time slice, so that where
+    /// it shares a core with the reaper, the reaper catches up before more piles on.
+    /// Where the reaper has a core of its own, or nothing else waits for this one, the
+    /// yield returns at once. Not for the reaper itself (a callback scheduling on its
+    /// own shard). True if it yielded.
+    #[cold]
+    #[inline(never)]
+    fn yield_to_reaper(&self) -> bool {
+        let Some(reaper) = self.reaper.get() else {
+            // Not started yet: there is no reaper to yield to.
+            return false;
+        };
+        if reaper.id() == thread::current().id() {
+            return false;
+        }
+        thread::yield_now();
+        true
     }
 
     /// Unparks the reaper (if it has registered; before that it has not slept either).

@@ -74,10 +74,11 @@ pub fn table(report: &Report) -> String {
         (
             "reapers",
             format!(
-                "{} passes, {} cascades, p99 {} messages taken per pass",
+                "{} passes, {} cascades, p99 {} messages taken per pass, {} producer yields",
                 stats.passes,
                 stats.cascaded,
-                stats.drained_per_pass(0.99)
+                stats.drained_per_pass(0.99),
+                stats.yielded
             ),
         ),
         (
@@ -131,6 +132,7 @@ pub fn json(report: &Report) -> Value {
         "panicked": stats.panicked,
         "handed_back": report.handed_back,
         "passes": stats.passes,
+        "yielded": stats.yielded,
         "slots": stats.slots,
         "cascaded": stats.cascaded,
         "cpu_s": report.cpu.as_secs_f64(),

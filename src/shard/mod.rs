@@ -140,6 +140,8 @@ struct ProducerCounts {
     scheduled: AtomicU64,
     /// Successful cancels.
     cancelled: AtomicU64,
+    /// Times a producer yielded to the reaper, which was behind (`notify_backlog`).
+    yielded: AtomicU64,
 }
 
 impl<T> Shard<T> {
@@ -158,6 +160,7 @@ impl<T> Shard<T> {
                 resets: AtomicU64::new(0),
                 scheduled: AtomicU64::new(0),
                 cancelled: AtomicU64::new(0),
+                yielded: AtomicU64::new(0),
             }),
             stats: Mutex::new(ShardStats::new()),
             bound: Bound::new(max_pending),
@@ -221,6 +224,15 @@ impl<T> Shard<T> {
         self.discharge();
     }
 
+    /// A push made a backlog (see `BACKLOG`): wakes the reaper, or yields to it if it is
+    /// awake, and counts the yield.
+    fn notify_backlog(&self) {
+        if self.wakeup.notify_backlog() {
+            // Relaxed: a count.
+            self.counts.yielded.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
     /// Counts a timer fired or handed back, and gives its place under the bound back.
     fn count_out(&self) {
         // Relaxed: a count. (One thread counts at a time, the reaper or the wind-up.)
@@ -273,6 +285,7 @@ impl<T> Shard<T> {
     /// Fills in what the producers count rather than the reaper.
     fn count_producers(&self, counts: &mut Counts) {
         counts.reset = self.counts.resets.load(Ordering::Relaxed);
+        counts.yielded = self.counts.yielded.load(Ordering::Relaxed);
         (counts.scheduled, counts.cancelled) = self.scheduled_and_cancelled();
         counts.pending = self.pending();
         counts.panicked = self.panicked();
@@ -326,7 +339,7 @@ impl<T> Shard<T> {
         }
         self.wakeup.notify(deadline);
         if waiting.is_ok_and(is_backlog) {
-            self.wakeup.notify_backlog();
+            self.notify_backlog();
         }
         Ok((index, generation))
     }
@@ -426,7 +439,7 @@ impl<T> Shard<T> {
         }
         match self.changes.push(index, &slot.change_link) {
             Ok(0) => self.wakeup.notify_sleeping(),
-            Ok(waiting) if is_backlog(waiting) => self.wakeup.notify_backlog(),
+            Ok(waiting) if is_backlog(waiting) => self.notify_backlog(),
             Ok(_) => {}
             // The reaper is winding up and will never take this change: the payload is the
             // canceller's to drop (a periodic series' payload owns the shards, so left in

@@ -249,7 +249,7 @@ impl<T> Shard<T> {
         // As a push (see `wakeup`): a reaper that planned to sleep past the earliest of
         // them is woken. It may have looked at the stage before they were staged.
         self.wakeup.notify(min);
-        self.wakeup.notify_backlog();
+        self.notify_backlog();
     }
 
     /// The owner cancelled the timer of generation `generation` in slot `index` while it

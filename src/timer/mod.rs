@@ -78,6 +78,12 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// frees come back the same way: a pass's worth at a time, which a thread takes whole for
 /// its next timers. A thread that exits leaves its batch and its free slots to the reaper.
 ///
+/// When a shard's reaper is behind, awake with thousands of timers or cancels waiting for
+/// it, the schedule or cancel that finds the backlog yields the rest of its thread's time
+/// slice, so that a producer sharing a core with the reaper lets it catch up rather than
+/// piling more on; where the reaper has a core of its own, the yield returns at once.
+/// [`Counts::yielded`](crate::Counts::yielded) counts these yields.
+///
 /// # Shutdown
 ///
 /// [`shutdown`](Self::shutdown) and [`drain`](Self::drain) join the reapers and hand back
