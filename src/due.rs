@@ -32,6 +32,8 @@ pub struct Due {
     pub(crate) stages: Vec<Arc<Stage>>,
     /// A change came for a timer still staged (a reset): collect every stage this pass.
     pub(crate) collect_all: bool,
+    /// Timers fired since the reaper last planned a sleep (see `shard::nap`).
+    pub(crate) fired: u64,
 }
 
 /// A timer held until its exact deadline: its slot, as it stood when it was held.

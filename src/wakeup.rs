@@ -155,6 +155,21 @@ impl Wakeup {
         self.yield_to_reaper()
     }
 
+    /// A producer's periodic look (see `Scheduler::look_for_waiting_reaper`), from the
+    /// core the reaper is pinned to, at `now` (nanoseconds since the start): if the reaper
+    /// is awake, or planned to wake by now, it cannot be running (the caller is): it waits
+    /// for this core, in the middle of a pass or woken for timers due. The caller yields
+    /// to it (see `yield_to_reaper`) rather than run out its slice, which on Linux can
+    /// leave the reaper waiting a millisecond and more. True if it yielded.
+    pub(crate) fn yield_if_overdue(&self, now: u64) -> bool {
+        // Relaxed: a hint; a plan read just as the reaper sleeps again at worst makes the
+        // caller yield needlessly once.
+        if self.plan.load(Ordering::Relaxed) > now {
+            return false;
+        }
+        self.yield_to_reaper()
+    }
+
     /// The reaper is awake (at work, or runnable and waiting for a core) and behind by a
     /// backlog: the calling producer gives up the rest of its time slice, so that where
     /// it shares a core with the reaper, the reaper catches up before more piles on.
@@ -182,3 +197,4 @@ impl Wakeup {
         }
     }
 }
+

@@ -5,6 +5,7 @@
 //! the next deadline.
 
 use super::early::EarlyWake;
+use super::nap::Naps;
 use super::{BATCH, IDLE_HORIZON, SHRINK_INTERVAL, Shard, TIDY_INTERVAL};
 use crate::clock::{self, Clock};
 use crate::due::{Due, Near};
@@ -21,6 +22,7 @@ impl<T> Shard<T> {
         self.register_reaper();
         let mut due = Due::new();
         let mut early = EarlyWake::new(self.wake_early);
+        let mut naps = Naps::default();
         loop {
             // Looked at before the pass, so that the last pass starts after the stop and
             // fires what was due by then (a drain counts on it). Relaxed: the flag carries
@@ -45,10 +47,18 @@ impl<T> Shard<T> {
             if wake_at.is_some_and(|at| at <= elapsed) {
                 continue;
             }
+            // In a dense stream of deadlines, a nap rather than a sleep until the next
+            // (`nap`), and no spin; unless a spin was asked for, which is a choice of
+            // CPU for exact deadlines.
+            let fired = std::mem::take(&mut due.fired);
+            let nap = naps
+                .put_off(wake_at, elapsed, fired)
+                .filter(|_| self.spin_nanos == 0);
             // The spin asked for, and, soon after a sleep that ended at its early target,
             // the OS's usual lateness (`early`).
             let early_lead = early.spin_lead(elapsed);
-            if let Some(at) = wake_at.filter(|at| at - elapsed <= self.spin_nanos + early_lead) {
+            let spin = self.spin_nanos + early_lead;
+            if let Some(at) = wake_at.filter(|at| nap.is_none() && at - elapsed <= spin) {
                 let stopped = self.spin_until(&due, at, clock);
                 if early_lead > 0 {
                     early.spent(stopped.saturating_sub(elapsed));
@@ -64,11 +74,11 @@ impl<T> Shard<T> {
                 (true, true) => SHRINK_INTERVAL,
             };
             let horizon = elapsed.saturating_add(clock::nanos(interval));
-            let plan = wake_at.map_or(horizon, |at| at.min(horizon));
+            let plan = nap.or(wake_at).map_or(horizon, |at| at.min(horizon));
             if self.may_sleep(&due, plan, tidying) {
                 // Before a deadline, wake early by the spin asked for and by the OS's
                 // usual lateness, and spin the rest (above); a sleep until the horizon
-                // has nothing to be early for.
+                // or a nap's end has nothing to be early for.
                 let asked_at = clock.elapsed();
                 if wake_at == Some(plan) {
                     let target = early.target(plan.saturating_sub(self.spin_nanos), asked_at);
@@ -228,6 +238,7 @@ impl<T> Shard<T> {
                     .record_lateness
                     .then(|| elapsed().saturating_sub(near.deadline));
                 self.reaper_stats().fired(late);
+                due.fired += 1;
                 self.contain(|| handler(payload));
             }
             // A reset is on its way: keep the timer in the wheel until it lands, so that

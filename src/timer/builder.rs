@@ -11,6 +11,7 @@ use crate::handle::SHARD_BITS;
 use crate::observe;
 use crate::scheduler::{self, Scheduler};
 use crate::shard::Shard;
+use crate::sync::AtomicU32;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -145,7 +146,13 @@ impl Builder {
     /// Fire each timer when its exact deadline passes (true), or at the start of the first
     /// tick at or after it (false). Exact deadlines cost a reaper wake-up per distinct
     /// deadline in place of one per tick, and a small heap of the timers due within the
-    /// current tick; timers cancelled before then cost nothing more. Default: true.
+    /// current tick; timers cancelled before then cost nothing more. While a shard's timers
+    /// come due in a dense stream (ten thousand a second or more), its reaper wakes once
+    /// every 200 us rather than for each few deadlines, and fires what came due meanwhile:
+    /// those timers are up to 200 us late, and the wake-ups (each a context switch, and a
+    /// preemption of whatever shares the reaper's core) stay a few thousand a second;
+    /// [`spin_before_deadline`](Self::spin_before_deadline) keeps them exact. Default:
+    /// true.
     ///
     /// ```
     /// let timer = shardwheel::Timer::builder().shards(1).exact_deadlines(false).build().unwrap();
@@ -159,7 +166,9 @@ impl Builder {
     /// Each reaper spins instead of sleeping for the last `spin` before a deadline, so that
     /// timers fire within microseconds of it rather than when the OS wakes the thread
     /// (tens of microseconds, more on a busy machine). It keeps a core busy while a
-    /// deadline is near: for latency-critical timers only. Default: zero (no spin).
+    /// deadline is near: for latency-critical timers only. With a spin, exact deadlines
+    /// stay exact in a dense stream of timers too (see
+    /// [`exact_deadlines`](Self::exact_deadlines)). Default: zero (no spin).
     ///
     /// ```
     /// use std::time::Duration;
@@ -283,6 +292,12 @@ impl Builder {
         }
         let bound = Bound::new(self.max_pending);
         let clock = Clock::new(self.tick);
+        let cores = if self.pin_threads && !self.manual {
+            core_affinity::get_core_ids().unwrap_or_default()
+        } else {
+            Vec::new()
+        };
+        let reapers_by_cpu = reapers_by_cpu(&cores);
         let shards: Arc<[Shard<T>]> = (0..self.shards)
             .map(|_| {
                 Shard::new(
@@ -294,6 +309,7 @@ impl Builder {
                 .with_bound(bound.clone())
                 .with_spin(self.spin)
                 .with_wake_early(self.wake_early)
+                .with_reapers_by_cpu(Arc::clone(&reapers_by_cpu))
             })
             .collect();
         let id = take_id(&NEXT_TIMER_ID).ok_or(BuildError::Ids)?;
@@ -308,11 +324,6 @@ impl Builder {
                 Driver::Manual(Mutex::new(Some(manual))),
             ));
         }
-        let cores = if self.pin_threads {
-            core_affinity::get_core_ids().unwrap_or_default()
-        } else {
-            Vec::new()
-        };
         let handler = Arc::new(handler);
         let mut reapers = Vec::new();
         let mut failure = None;
@@ -323,9 +334,9 @@ impl Builder {
             let reaper = std::thread::Builder::new()
                 .name(format!("shardwheel-reaper-{index}"))
                 .spawn(move || {
-                    if let Some(core) = core {
-                        // Pinning is an optimisation: where it is refused, run unpinned.
-                        let _ = core_affinity::set_for_current(core);
+                    // Pinning is an optimisation: where it is refused, run unpinned.
+                    if let Some(core) = core.filter(|&core| core_affinity::set_for_current(core)) {
+                        shards[index].pinned_to(index, core.id);
                     }
                     reaper_thread::prepare();
                     // A callback that schedules (a periodic run rescheduling itself) does
@@ -354,6 +365,14 @@ impl Builder {
             None => Ok(timer),
         }
     }
+}
+
+/// The table of which shard's reaper is pinned to each CPU of `cores` (indexed by the
+/// CPU's number), empty for none: each reaper fills in its own entry once pinned (see
+/// `Shard::pinned_to`).
+fn reapers_by_cpu(cores: &[core_affinity::CoreId]) -> Arc<[AtomicU32]> {
+    let len = cores.iter().map(|core| core.id + 1).max().unwrap_or(0);
+    (0..len).map(|_| AtomicU32::new(0)).collect()
 }
 
 /// The most shards a timer can have: a handle names its shard in `SHARD_BITS` bits.

@@ -78,11 +78,14 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// frees come back the same way: a pass's worth at a time, which a thread takes whole for
 /// its next timers. A thread that exits leaves its batch and its free slots to the reaper.
 ///
-/// When a shard's reaper is behind, awake with thousands of timers or cancels waiting for
-/// it, the schedule or cancel that finds the backlog yields the rest of its thread's time
-/// slice, so that a producer sharing a core with the reaper lets it catch up rather than
-/// piling more on; where the reaper has a core of its own, the yield returns at once.
-/// [`Counts::yielded`](crate::Counts::yielded) counts these yields.
+/// A reaper that has work waits for a core where producers keep every core busy, and a
+/// producer holding its core would otherwise run out its time slice first. So a thread
+/// that schedules looks, every 256 timers, at the reaper pinned to the core it runs on,
+/// and if that reaper is awake or overdue (it planned to wake by now), yields it the rest
+/// of its slice. The schedule or cancel that finds its shard's reaper awake and behind,
+/// with thousands of timers or cancels waiting, yields too, wherever the reaper runs
+/// (the yield returns at once if nothing else waits for the core). A reaper never yields
+/// to itself. [`Counts::yielded`](crate::Counts::yielded) counts the yields.
 ///
 /// # Shutdown
 ///
