@@ -24,6 +24,7 @@
 mod early;
 mod filing;
 mod nap;
+mod pace;
 mod reaper;
 mod staged;
 #[cfg(test)]
@@ -202,36 +203,6 @@ impl<T> Shard<T> {
         self
     }
 
-    /// Gives the shard its timer's table of which shard's reaper is pinned to each CPU:
-    /// indexed by the CPU's number, the shard's index plus one, 0 for none; each reaper
-    /// fills in its own entry once it is pinned (`pinned_to`).
-    pub(crate) fn with_reapers_by_cpu(mut self, reapers_by_cpu: Arc<[AtomicU32]>) -> Self {
-        self.reapers_by_cpu = reapers_by_cpu;
-        self
-    }
-
-    /// The reaper of shard `index` (of this shard's timer) is pinned to CPU `cpu`.
-    pub(crate) fn pinned_to(&self, index: usize, cpu: usize) {
-        if let Some(entry) = self.reapers_by_cpu.get(cpu) {
-            // Relaxed: a hint for producers' looks (`reaper_pinned_to`), which may miss
-            // it for a while. The index fits: a timer has at most `MAX_SHARDS` shards.
-            entry.store(index as u32 + 1, Ordering::Relaxed);
-        }
-    }
-
-    /// The index of the shard (of this shard's timer) whose reaper is pinned to CPU `cpu`.
-    pub(crate) fn reaper_pinned_to(&self, cpu: u32) -> Option<usize> {
-        // Relaxed: as in `pinned_to`.
-        let shard = self.reapers_by_cpu.get(cpu as usize)?.load(Ordering::Relaxed);
-        (shard != 0).then(|| shard as usize - 1)
-    }
-
-    /// Whether this shard's timer pins its reapers (see `reaper_pinned_to`).
-    #[inline]
-    pub(crate) fn reapers_pinned(&self) -> bool {
-        !self.reapers_by_cpu.is_empty()
-    }
-
     /// Gives a timer's place under the bound back (fired, cancelled, handed back, refused).
     fn discharge(&self) {
         if let Some(bound) = &self.bound {
@@ -257,28 +228,6 @@ impl<T> Shard<T> {
             None => drop(self.counts.cancelled.fetch_add(1, Ordering::Relaxed)),
         }
         self.discharge();
-    }
-
-    /// A push made a backlog (see `BACKLOG`): wakes the reaper, or yields to it if it is
-    /// awake, and counts the yield.
-    fn notify_backlog(&self) {
-        let yielded = self.wakeup.notify_backlog();
-        self.count_yield(yielded);
-    }
-
-    /// The calling thread runs on the core this shard's reaper is pinned to: if the reaper
-    /// is awake or planned to wake by `now`, yields to it (see `Wakeup::yield_if_overdue`),
-    /// and counts the yield.
-    pub(crate) fn yield_if_reaper_overdue(&self, now: u64) {
-        let yielded = self.wakeup.yield_if_overdue(now);
-        self.count_yield(yielded);
-    }
-
-    fn count_yield(&self, yielded: bool) {
-        if yielded {
-            // Relaxed: a count.
-            self.counts.yielded.fetch_add(1, Ordering::Relaxed);
-        }
     }
 
     /// Counts a timer fired or handed back, and gives its place under the bound back.
