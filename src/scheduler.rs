@@ -252,7 +252,7 @@ impl<T: Send + 'static> Scheduler<T> {
                 Some(stage) => on.schedule_staged(stage, deadline, payload),
                 None => on.schedule(deadline, payload),
             };
-            if on.reapers_pinned() && producer.count_and_look() {
+            if producer.count_and_look() {
                 self.look_for_waiting_reaper(on);
             }
             (shard, scheduled)
@@ -271,6 +271,9 @@ impl<T: Send + 'static> Scheduler<T> {
     #[cold]
     #[inline(never)]
     fn look_for_waiting_reaper(&self, on: &Shard<T>) {
+        if !on.reapers_pinned() {
+            return;
+        }
         let Some(cpu) = current_cpu() else {
             return;
         };

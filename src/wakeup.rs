@@ -170,12 +170,12 @@ impl Wakeup {
         self.yield_to_reaper()
     }
 
-    /// The reaper is awake (at work, or runnable and waiting for a core) and behind by a
-    /// backlog: the calling producer gives up the rest of its time slice, so that where
-    /// it shares a core with the reaper, the reaper catches up before more piles on.
-    /// Where the reaper has a core of its own, or nothing else waits for this one, the
-    /// yield returns at once. Not for the reaper itself (a callback scheduling on its
-    /// own shard). True if it yielded.
+    /// The reaper is awake or overdue (at work, or runnable and waiting for a core) and
+    /// behind, or waiting for the caller's core: the calling producer gives up the rest
+    /// of its time slice, so that where it shares a core with the reaper, the reaper
+    /// catches up before more piles on. Where the reaper has a core of its own, or
+    /// nothing else waits for this one, the yield returns at once. Not for the reaper
+    /// itself (a callback scheduling on its own shard). True if it yielded.
     #[cold]
     #[inline(never)]
     fn yield_to_reaper(&self) -> bool {

@@ -41,7 +41,6 @@ impl<T> Shard<T> {
     }
 
     /// Whether this shard's timer pins its reapers (see `reaper_pinned_to`).
-    #[inline]
     pub(crate) fn reapers_pinned(&self) -> bool {
         !self.reapers_by_cpu.is_empty()
     }
