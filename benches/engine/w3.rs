@@ -17,6 +17,9 @@ const W3_ROUNDS: usize = 5;
 /// Timers waiting to be cancelled, per producer: a new one replaces a random one, which is
 /// cancelled, so each lives a random ~1,000 operations (a millisecond or less).
 const W3_RING: usize = 1024;
+/// Timers that time out and run, per implementation over its rounds, that its probe makes
+/// room for beforehand: more than shardwheel's 0.44M at two threads.
+const W3_FIRES: usize = 1_000_000;
 
 /// One W3 round's counts.
 #[derive(Default)]
@@ -30,27 +33,25 @@ struct W3Round {
     cpu: Duration,
 }
 
-/// One W3 round's figures: operations per second, and the engine's reaper passes and the
+/// One W3 round's figures: operations per second, the engine's reaper passes and the
 /// CPU time that is not the producers' (its reapers', as the main thread waits), over the
-/// round, where the engine can count passes.
+/// round, where the engine can count passes, and the time the host took the machine's
+/// CPUs away meanwhile.
 struct W3Figures {
     rate: f64,
     passes: Option<u64>,
     reaper_cpu: Duration,
     elapsed: Duration,
+    steal: Duration,
 }
 
-/// One W3 round with `threads` producers for `W3_WINDOW`: returns operations per second,
+/// One W3 round with `threads` producers for `W3_WINDOW`: operations per second,
 /// counting the time the engine needs to catch up after the window (its reapers may lag),
 /// after checking that every timer is accounted for (where the engine can tell).
-fn w3_round<E: Engine>(threads: usize, probe: &'static Probe) -> f64 {
-    w3_measured::<E>(threads, probe).rate
-}
-
-/// `w3_round`, with the reapers' passes and CPU time.
 fn w3_measured<E: Engine>(threads: usize, probe: &'static Probe) -> W3Figures {
     let engine = E::start();
     let (passes_before, cpu_before) = (engine.passes(), cpu(libc::RUSAGE_SELF));
+    let steal_before = host_steal();
     let fired_before = probe.fired.load(Relaxed) + probe.unexpected.load(Relaxed);
     let rounds: Vec<W3Round> = thread::scope(|s| {
         let producers: Vec<_> = (0..threads)
@@ -86,6 +87,7 @@ fn w3_measured<E: Engine>(threads: usize, probe: &'static Probe) -> W3Figures {
         passes,
         reaper_cpu,
         elapsed,
+        steal: host_steal().saturating_sub(steal_before),
     }
 }
 
@@ -119,7 +121,7 @@ fn w3_producer<E: Engine>(engine: &E, thread: usize, probe: &'static Probe) -> W
     }
     // The engine may have taken work in faster than its reaper did it: a timer due now,
     // on this producer's shard, fires only once the reaper has caught up with it all.
-    let caught_up = Probe::leak();
+    let caught_up = Probe::leak(1);
     engine.fire_at(Instant::now(), caught_up);
     assert!(caught_up.wait_for(1, Duration::from_secs(60)));
     round.elapsed = start.elapsed();
@@ -129,19 +131,25 @@ fn w3_producer<E: Engine>(engine: &E, thread: usize, probe: &'static Probe) -> W
 
 pub(super) fn w3() {
     type Rounded = Shardwheel<true, false>;
-    let runs: [Run; 4] = [
-        (Shardwheel::<true>::NAME, w3_round::<Shardwheel<true>>),
-        (Shardwheel::<false>::NAME, w3_round::<Shardwheel<false>>),
-        (TokioSleep::NAME, w3_round::<TokioSleep>),
-        (Rounded::NAME, w3_round::<Rounded>),
+    let runs: [Run<W3Figures>; 4] = [
+        (Shardwheel::<true>::NAME, w3_measured::<Shardwheel<true>>),
+        (Shardwheel::<false>::NAME, w3_measured::<Shardwheel<false>>),
+        (TokioSleep::NAME, w3_measured::<TokioSleep>),
+        (Rounded::NAME, w3_measured::<Rounded>),
     ];
     for threads in [1, 2] {
-        let probes = runs.map(|_| Probe::leak());
-        let rates = take_turns(W3_ROUNDS, runs.map(|run| run.1), threads, probes);
-        for ((name, _), (rates, probe)) in runs.iter().zip(rates.iter().zip(probes)) {
+        let probes = runs.map(|_| Probe::leak(W3_FIRES));
+        let figures = take_turns(W3_ROUNDS, runs.map(|run| run.1), threads, probes);
+        let rates = figures
+            .each_ref()
+            .map(|figures| figures.iter().map(|f| f.rate).collect::<Vec<_>>());
+        for ((name, _), ((rates, figures), probe)) in
+            runs.iter().zip(rates.iter().zip(&figures).zip(probes))
+        {
             let lateness = probe.sorted_lateness();
+            let steal: Duration = figures.iter().map(|f| f.steal).sum();
             println!(
-                "RESULT W3 T={threads} {name} ops_per_s={:.0} {} fired={} early={} timed_out={}",
+                "RESULT W3 T={threads} {name} ops_per_s={:.0} {} fired={} early={} timed_out={} host_steal_ms={}",
                 median(rates.clone()),
                 lateness_fields(
                     &lateness,
@@ -150,6 +158,7 @@ pub(super) fn w3() {
                 lateness.len(),
                 probe.early.load(Relaxed),
                 probe.unexpected.load(Relaxed),
+                steal.as_millis(),
             );
         }
         let paired = |a: &[f64], b: &[f64]| median(a.iter().zip(b).map(|(a, b)| a / b).collect());
@@ -177,6 +186,22 @@ fn cpu(who: libc::c_int) -> Duration {
     time(usage.ru_utime) + time(usage.ru_stime)
 }
 
+/// CPU time the host has taken from this machine's CPUs (all of them) while they had work,
+/// as Linux counts it in a virtual machine (the `steal` column of `/proc/stat`, in clock
+/// ticks of 10 ms): every CPU of this VM stalls at once for 10 to 20 ms at times, and each
+/// such stall shows here. Zero where the host does not report it.
+fn host_steal() -> Duration {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let ticks: u64 = stat
+        .lines()
+        .next()
+        .and_then(|all| all.split_whitespace().nth(8)?.parse().ok())
+        .unwrap_or(0);
+    // SAFETY: `sysconf` reads a constant of the system; it takes no pointer.
+    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    Duration::from_millis(ticks * 1000 / per_second)
+}
+
 /// W3-slack: W3's producers on a timer with exact deadlines and on one whose timers each
 /// have 10 ms of slack, taking turns in one run.
 pub(super) fn w3_slack() {
@@ -186,7 +211,7 @@ pub(super) fn w3_slack() {
         (Slack::NAME, w3_measured::<Slack>),
     ];
     for threads in [1, 2] {
-        let probes = runs.map(|_| Probe::leak());
+        let probes = runs.map(|_| Probe::leak(W3_FIRES));
         let figures = take_turns(W3_ROUNDS, runs.map(|run| run.1), threads, probes);
         let per_second = |figures: &[W3Figures], of: fn(&W3Figures) -> f64| {
             median(
