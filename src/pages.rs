@@ -15,11 +15,15 @@
 //!
 //! Big chunks (2 MiB or more, aligned to that by `huge_aligned`) are advised onto
 //! transparent huge pages, where the system offers them (Linux's `madvise` mode, a common
-//! default): with millions of timers every cancel is a random access, and a 2 MiB page
-//! covers what 512 small pages did, so far fewer of those accesses miss the TLB (engine W1
-//! at a million pending timers, whose cancels and schedules each touch a random slot, ran
-//! faster with the shard's slots on huge pages, as the wheel's slab already was). The
-//! advice is only advice; where it is refused nothing changes.
+//! default) and the caller asks: with millions of timers every cancel is a random access,
+//! and a 2 MiB page covers what 512 small pages did, so far fewer of those accesses miss
+//! the TLB (engine W1 at a million pending timers, whose cancels and schedules each touch
+//! a random slot, ran faster with the shard's slots on huge pages, as the wheel's slab
+//! already was). The advice is only advice; where it is refused nothing changes. A huge
+//! page is a whole block of 2 MiB: a virtual machine that gives its unused memory back to
+//! its host (free page reporting) hands it out from memory the host must first supply
+//! again, which cost the CPU that touched it 3.5 to 4.7 ms per huge page on our test VM,
+//! against small pages the VM mostly reuses; hence `Builder::huge_pages`.
 
 use std::alloc::Layout;
 
@@ -38,10 +42,11 @@ pub(crate) fn huge_aligned(layout: Layout) -> Layout {
     }
 }
 
-/// Zeroed memory for `layout`, which has a non-zero size; never null (an allocation
-/// failure goes to `handle_alloc_error`, as with the global allocator).
+/// Zeroed memory for `layout`, which has a non-zero size, advised onto huge pages if
+/// `huge` and big enough (see the module doc); never null (an allocation failure goes to
+/// `handle_alloc_error`, as with the global allocator).
 #[cfg(all(target_os = "linux", feature = "mmap", not(miri)))]
-pub(crate) fn allocate_zeroed(layout: Layout) -> *mut u8 {
+pub(crate) fn allocate_zeroed(layout: Layout, huge: bool) -> *mut u8 {
     let page = page_size();
     let align = layout.align().max(page);
     let size = layout.size().next_multiple_of(page);
@@ -79,7 +84,7 @@ pub(crate) fn allocate_zeroed(layout: Layout) -> *mut u8 {
         }
         start.cast::<u8>().add(head)
     };
-    if size >= HUGE_PAGE && align >= HUGE_PAGE {
+    if huge && size >= HUGE_PAGE && align >= HUGE_PAGE {
         // SAFETY: the range is exactly the mapping just made, which nothing else uses yet,
         // and it starts on a huge-page (so page) boundary. MADV_HUGEPAGE changes how the
         // kernel backs the range, never its contents. The result is ignored on purpose: a
@@ -115,9 +120,10 @@ fn page_size() -> usize {
         .unwrap_or(4096)
 }
 
-/// Zeroed memory for `layout`, which has a non-zero size, from the global allocator.
+/// Zeroed memory for `layout`, which has a non-zero size, from the global allocator
+/// (which takes no advice on huge pages).
 #[cfg(not(all(target_os = "linux", feature = "mmap", not(miri))))]
-pub(crate) fn allocate_zeroed(layout: Layout) -> *mut u8 {
+pub(crate) fn allocate_zeroed(layout: Layout, _huge: bool) -> *mut u8 {
     // SAFETY: the caller's layout has a non-zero size.
     let memory = unsafe { std::alloc::alloc_zeroed(layout) };
     if memory.is_null() {
@@ -145,7 +151,7 @@ mod tests {
     fn memory_comes_zeroed_aligned_and_writable() {
         for (size, align) in [(24, 8), (3_000, 64), (100_000, 8), (4 << 20, 2 << 20)] {
             let layout = Layout::from_size_align(size, align).unwrap();
-            let memory = allocate_zeroed(layout);
+            let memory = allocate_zeroed(layout, true);
             assert_eq!(
                 memory as usize % align,
                 0,

@@ -183,6 +183,12 @@ impl<T> Shard<T> {
         }
     }
 
+    /// Whether the shard's big chunks of slots go on huge pages (`Builder::huge_pages`).
+    pub(crate) fn with_huge_pages(mut self, huge_pages: bool) -> Self {
+        self.slots = self.slots.with_huge_pages(huge_pages);
+        self
+    }
+
     /// Makes the shard count its pending timers against `bound`, which the timer's other
     /// shards share, in place of its own.
     pub(crate) fn with_bound(mut self, bound: Option<Arc<Bound>>) -> Self {

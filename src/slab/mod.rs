@@ -262,7 +262,7 @@ impl<T> Slab<T> {
             };
             // An `Entry` is at least 20 bytes, so the layout is not zero-sized; its pages
             // are committed only as entries are used.
-            let memory = pages::allocate_zeroed(layout).cast::<Entry<T>>();
+            let memory = pages::allocate_zeroed(layout, true).cast::<Entry<T>>();
             self.bases
                 .push(memory.wrapping_sub(first_index::<FIRST_CHUNK_BITS>(chunk)));
         }

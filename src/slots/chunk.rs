@@ -32,8 +32,8 @@ pub(super) fn first_index(chunk: usize) -> u32 {
     slab::first_index::<FIRST_CHUNK_BITS>(chunk) as u32
 }
 
-/// A chunk of `len` fresh slots, owned by the caller until it frees it with
-/// `dealloc_chunk`.
+/// A chunk of `len` fresh slots, on huge pages if `huge` (and it is big enough, see
+/// `pages`), owned by the caller until it frees it with `dealloc_chunk`.
 ///
 /// Outside loom the chunk is zeroed memory mapped from the OS (see `pages`), which is what
 /// `Slot::new` builds: all-zero atomics are valid, and the payload cell may hold anything.
@@ -42,11 +42,14 @@ pub(super) fn first_index(chunk: usize) -> u32 {
 /// race to install it wastes nothing, and a chunk given back leaves the process whatever
 /// the global allocator. Loom's atomics are not plain integers, so loom builds them one by
 /// one.
-pub(super) fn new_chunk<T>(len: usize) -> *mut Slot<T> {
+pub(super) fn new_chunk<T>(len: usize, huge: bool) -> *mut Slot<T> {
     #[cfg(loom)]
-    return Box::into_raw((0..len).map(|_| Slot::new()).collect::<Box<[Slot<T>]>>()).cast();
+    return {
+        let _ = huge;
+        Box::into_raw((0..len).map(|_| Slot::new()).collect::<Box<[Slot<T>]>>()).cast()
+    };
     #[cfg(not(loom))]
-    crate::pages::allocate_zeroed(chunk_layout::<T>(len)).cast()
+    crate::pages::allocate_zeroed(chunk_layout::<T>(len), huge).cast()
 }
 
 /// The memory layout of a chunk of `len` slots.

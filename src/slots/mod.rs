@@ -254,6 +254,8 @@ pub(crate) struct Slots<T> {
     /// reaper sorts a share of each pass, and which producers pop when the free stack is
     /// empty, rather than claim new slots (see "Giving memory back").
     spare: CachePadded<AtomicU64>,
+    /// Whether big chunks go on huge pages (`Builder::huge_pages`).
+    huge_pages: bool,
 }
 
 // SAFETY: slots are shared between threads by design: every field other threads touch is
@@ -273,7 +275,15 @@ impl<T> Slots<T> {
             unfreed: Arc::new(AtomicUsize::new(0)),
             free: CachePadded::new(AtomicU64::new(free::head(0, NIL))),
             spare: CachePadded::new(AtomicU64::new(free::head(0, NIL))),
+            huge_pages: true,
         }
+    }
+
+    /// Whether chunks of 2 MiB and more are advised onto huge pages (the default) or left
+    /// on small ones (see `pages`).
+    pub(crate) fn with_huge_pages(mut self, huge_pages: bool) -> Self {
+        self.huge_pages = huge_pages;
+        self
     }
 
     /// A never-used slot (or one of a chunk given back), installing its chunk if this is
@@ -296,7 +306,7 @@ impl<T> Slots<T> {
         let (chunk, offset) = locate(index);
         let mut base = self.chunks[chunk].load(Ordering::Acquire);
         if base.is_null() {
-            let fresh = new_chunk::<T>(chunk_len(chunk));
+            let fresh = new_chunk::<T>(chunk_len(chunk), self.huge_pages);
             // AcqRel: Release publishes the initialised chunk to every thread that loads the
             // pointer with Acquire; Acquire on failure sees the winner's chunk.
             base = match self.chunks[chunk].compare_exchange(
