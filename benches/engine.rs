@@ -51,10 +51,10 @@ struct Probe {
 impl Probe {
     /// A probe for one run that expects about `fires` timers to run; leaked, so that
     /// callbacks hold a plain `&'static`. Its lateness buffer is made and touched now, so
-    /// that recording a timer's lateness never grows it inside a callback: a grown buffer
-    /// of megabytes is new memory, and its page faults made the timers behind that
-    /// callback late by milliseconds (W3 at two threads, the whole engine stalled
-    /// at one such growth), which is the bench's cost, not the engine's.
+    /// that recording a timer's lateness never grows it inside a callback: growing a
+    /// buffer of megabytes (new memory, page faults) held the probe's lock for up to
+    /// 5.6 ms in W3 at two threads, and every timer behind that callback waited: the
+    /// bench's cost, not the engine's.
     fn leak(fires: usize) -> &'static Probe {
         let mut buffer = vec![0; fires];
         buffer.clear();

@@ -188,8 +188,8 @@ fn cpu(who: libc::c_int) -> Duration {
 
 /// CPU time the host has taken from this machine's CPUs (all of them) while they had work,
 /// as Linux counts it in a virtual machine (the `steal` column of `/proc/stat`, in clock
-/// ticks of 10 ms): every CPU of this VM stalls at once for 10 to 20 ms at times, and each
-/// such stall shows here. Zero where the host does not report it.
+/// ticks of 10 ms): this VM's CPUs, one or both, stop for 10 to 20 ms at times, and such
+/// stops show here. Zero where the host does not report it.
 fn host_steal() -> Duration {
     let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
     let ticks: u64 = stat
