@@ -119,10 +119,12 @@ pub struct Counts {
     pub cascaded: u64,
     /// Reaper passes: wake-ups, plus the passes a busy reaper makes without sleeping.
     pub passes: u64,
-    /// Times a producer found its shard's reaper awake but behind (thousands of timers or
-    /// cancels waiting for it) and gave it the rest of its time slice, as
-    /// [`Timer::schedule`] and [`Timer::cancel`] do. Steady growth means producers
-    /// outrun the reapers: the cores are saturated.
+    /// Times a producer gave this shard's reaper the rest of its time slice (see
+    /// [`Timer`]'s "Hand-over"): a [`Timer::schedule`] or [`Timer::cancel`] that found
+    /// the reaper awake but behind (thousands of timers or cancels waiting for it), or a
+    /// thread's look, every 256 timers it schedules, that found the reaper pinned to its
+    /// core awake or overdue. Steady growth means producers outrun the reapers: the cores
+    /// are saturated.
     pub yielded: u64,
     /// Timer slots the shards hold, pending or free: their memory, which grows with the
     /// most timers pending at once and falls back after a spike (see [`Timer`]'s

@@ -145,7 +145,8 @@ struct ProducerCounts {
     scheduled: AtomicU64,
     /// Successful cancels.
     cancelled: AtomicU64,
-    /// Times a producer yielded to the reaper, which was behind (`notify_backlog`).
+    /// Times a producer yielded to the reaper: behind by a backlog (`notify_backlog`), or
+    /// waiting for the producer's core (`yield_if_reaper_overdue`).
     yielded: AtomicU64,
 }
 

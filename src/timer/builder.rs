@@ -193,8 +193,8 @@ impl Builder {
     /// tail of their lateness is shorter by the same amount. The spin lasts about as long
     /// as the OS wakes the reaper earlier than usual, comes only after such a sleep, near
     /// the deadline it was for, and takes at most 1 % of the reaper's time: a reaper kept
-    /// busy by producers, or waiting for a core on a loaded machine, hardly spins. Off, a reaper sleeps until the deadline
-    /// itself and never spins but for
+    /// busy by producers, or waiting for a core on a loaded machine, hardly spins. Off, a
+    /// reaper sleeps until the deadline itself and never spins but for
     /// [`spin_before_deadline`](Builder::spin_before_deadline). Default: true.
     ///
     /// ```
@@ -207,16 +207,17 @@ impl Builder {
     }
 
     /// Whether each shard's slots, once they need chunks of 2 MiB and more (from some
-    /// 65,000 pending timers a shard, with callbacks), ask Linux for transparent huge pages for them (where it
-    /// offers them on request, its common `madvise` mode). With a million pending timers
-    /// every cancel touches a random slot, and huge pages spare those accesses most TLB
-    /// misses: engine W1 at a million pending timers ran 2.99 to 3.41x tokio's timers
-    /// with them and 2.73 to 2.86x without. But a huge page is 2 MiB of memory at once: in
-    /// a virtual machine that gives memory it does not use back to its host (free page
-    /// reporting, as in Firecracker), the first touch of such memory stalls the CPU that
-    /// makes it for milliseconds (3.5 to 4.7 ms a huge page on our test VM), and that CPU's
-    /// reaper with it, where small pages mostly come from memory the VM still holds. Turn
-    /// this off there if the first spike of timers must fire on time. Default: true.
+    /// 65,000 pending timers a shard, with callbacks), ask Linux for transparent huge
+    /// pages for them (where it offers them on request, its common `madvise` mode). With a
+    /// million pending timers every cancel touches a random slot, and huge pages spare
+    /// those accesses most TLB misses: engine W1 at a million pending timers ran 2.99 to
+    /// 3.41x tokio's timers with them and 2.73 to 2.86x without. But a huge page is 2 MiB
+    /// of memory at once: in a virtual machine that gives memory it does not use back to
+    /// its host (free page reporting, as in Firecracker), the first touch of such memory
+    /// stalls the CPU that makes it for milliseconds (3.5 to 4.7 ms a huge page on our
+    /// test VM), and that CPU's reaper with it, where small pages mostly come from memory
+    /// the VM still holds. Turn this off there if the first spike of timers must fire on
+    /// time. Default: true.
     ///
     /// ```
     /// let timer = shardwheel::Timer::builder().shards(1).huge_pages(false).build().unwrap();
