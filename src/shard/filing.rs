@@ -28,7 +28,7 @@ pub(super) struct Filed<'a, T> {
 }
 
 impl<T> Filed<'_, T> {
-    fn slot(&self, index: u32) -> &Slot<T> {
+    fn slot(&self, index: u32) -> Slot<'_, T> {
         // SAFETY: the reaper may look at any slot (see `Slots::owned`), and the wheel holds
         // live ones.
         unsafe { self.slots.owned(index) }.expect("the wheel holds live slots")
@@ -88,7 +88,7 @@ impl<T> Shard<T> {
     }
 
     /// Files slot `index` in the wheel under tick `tick`, or moves it there if it is in.
-    pub(super) fn place(&self, due: &mut Due, index: u32, slot: &Slot<T>, tick: u64) {
+    pub(super) fn place(&self, due: &mut Due, index: u32, slot: Slot<'_, T>, tick: u64) {
         let mut filed = self.filed();
         if slot.wheel_prev() != NIL {
             due.wheel.unlink(&mut filed, index);
@@ -97,14 +97,14 @@ impl<T> Shard<T> {
     }
 
     /// Files slot `index` in the wheel, or moves it there, under its deadline's tick.
-    pub(super) fn place_at_deadline(&self, due: &mut Due, index: u32, slot: &Slot<T>) {
+    pub(super) fn place_at_deadline(&self, due: &mut Due, index: u32, slot: Slot<'_, T>) {
         // Relaxed: published by the inbox push or the change that brought the slot here.
         let deadline = slot.deadline.load(Ordering::Relaxed);
         self.place(due, index, slot, tick_of(deadline, self.tick_nanos, self.exact));
     }
 
     /// Takes slot `index` out of the wheel, if it is in.
-    pub(super) fn unfile(&self, due: &mut Due, index: u32, slot: &Slot<T>) {
+    pub(super) fn unfile(&self, due: &mut Due, index: u32, slot: Slot<'_, T>) {
         if slot.wheel_prev() != NIL {
             due.wheel.unlink(&mut self.filed(), index);
             slot.set_wheel_prev(NIL);

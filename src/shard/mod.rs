@@ -353,7 +353,7 @@ impl<T> Shard<T> {
     /// free stack at once.
     #[cold]
     #[inline(never)]
-    fn release_now(&self, index: u32, slot: &Slot<T>, generation: u32) {
+    fn release_now(&self, index: u32, slot: Slot<'_, T>, generation: u32) {
         let mut freed = Freed::new();
         self.slots.release(index, slot, generation, &mut freed);
         self.slots.recycle(&mut freed);
@@ -399,7 +399,7 @@ impl<T> Shard<T> {
     #[inline]
     pub(super) fn cancel_pending(
         &self,
-        slot: &Slot<T>,
+        slot: Slot<'_, T>,
         index: u32,
         generation: u32,
         stage: Option<&Stage>,
@@ -441,7 +441,7 @@ impl<T> Shard<T> {
         if current & (RESETTING | QUEUED) != 0 {
             return Cancelled::Done(None);
         }
-        match self.changes.push(index, &slot.change_link) {
+        match self.changes.push(index, slot.change_link) {
             Ok(0) => self.wakeup.notify_sleeping(),
             Ok(waiting) if is_backlog(waiting) => self.notify_backlog(),
             Ok(_) => {}
@@ -458,7 +458,7 @@ impl<T> Shard<T> {
     /// taken, slot not free) and stays so: the wind-up may still walk it in the inbox
     /// through its `link`, so it must not go back on the free stack, and the slots' drop
     /// must not drop its payload again.
-    fn take_refused(&self, slot: &Slot<T>, generation: u32) -> T {
+    fn take_refused(&self, slot: Slot<'_, T>, generation: u32) -> T {
         // SAFETY: the slot is `generation|CANCELLED` and its change was refused, so no
         // reaper pass or wind-up will take the payload (the wind-up hands back only
         // pending slots, and frees only the changes it took when it closed the list); the
@@ -516,7 +516,7 @@ impl<T> Shard<T> {
                 Some((word & !RESETTING) | QUEUED)
             })
             .unwrap_or_else(|word| word);
-        if before & QUEUED == 0 && self.changes.push(index, &slot.change_link).is_err() {
+        if before & QUEUED == 0 && self.changes.push(index, slot.change_link).is_err() {
             // The reaper is winding up: it finds a pending slot in its wheel all the same.
             // The slot must not stay `QUEUED`, or a cancel would count on a change that
             // never comes; and a cancel that came during the reset left the push to us.

@@ -289,7 +289,7 @@ impl<T> Shard<T> {
     /// Takes in a timer that arrived, from the inbox or a stage: links it into the wheel,
     /// unless it was cancelled on the way; a staged one, the reaper unstages, and frees if
     /// it was cancelled (no change will come for it).
-    pub(super) fn arrive_slot(&self, due: &mut Due, index: u32, slot: &Slot<T>, freed: &mut Freed) {
+    pub(super) fn arrive_slot(&self, due: &mut Due, index: u32, slot: Slot<'_, T>, freed: &mut Freed) {
         // Acquire: pairs with the canceller's Release (the inbox swap, or the stage's
         // Acquire, already made the producer's writes visible).
         let mut word = slot.state.load(Ordering::Acquire);
@@ -361,7 +361,7 @@ impl<T> Shard<T> {
         &self,
         due: &mut Due,
         index: u32,
-        slot: &Slot<T>,
+        slot: Slot<'_, T>,
         generation: u32,
         freed: &mut Freed,
     ) {
@@ -390,7 +390,7 @@ impl<T> Shard<T> {
     pub(super) fn claim(
         &self,
         index: u32,
-        slot: &Slot<T>,
+        slot: Slot<'_, T>,
         expected: u32,
         freed: &mut Freed,
     ) -> Result<T, u32> {
@@ -414,7 +414,7 @@ impl<T> Shard<T> {
 
     /// A slot in the inboxes or the wheel, or a held timer's once `fire_due` has found it
     /// still there; the reaper's only.
-    pub(super) fn slot(&self, index: u32) -> &Slot<T> {
+    pub(super) fn slot(&self, index: u32) -> Slot<'_, T> {
         // SAFETY: the reaper may look at any slot (see `Slots::owned`).
         unsafe { self.slots.owned(index) }.expect("the inboxes and the wheel hold live slots")
     }

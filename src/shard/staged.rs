@@ -121,7 +121,7 @@ impl<T> Shard<T> {
     /// the next of its batch (whose following slot it prefetches: by the next schedule
     /// its line is here, wherever the reaper left it), or one from the shard.
     #[inline]
-    fn take_slot(&self, held: &mut Held) -> Option<(u32, &Slot<T>)> {
+    fn take_slot(&self, held: &mut Held) -> Option<(u32, Slot<'_, T>)> {
         if let Some(index) = held.free.pop() {
             // SAFETY: a free slot the stage kept is its owner's, which keeps its chunk.
             return unsafe { self.slots.owned(index) }.map(|slot| (index, slot));
@@ -256,7 +256,7 @@ impl<T> Shard<T> {
     /// was staged: if it is still in `stage`, takes it out, and its slot for the owner's
     /// next timer; returns the payload to drop.
     #[inline]
-    pub(super) fn reclaim(&self, stage: &Stage, index: u32, slot: &Slot<T>) -> Option<T> {
+    pub(super) fn reclaim(&self, stage: &Stage, index: u32, slot: Slot<'_, T>) -> Option<T> {
         if !stage.try_own() {
             return None;
         }
@@ -309,7 +309,7 @@ impl<T> Shard<T> {
     /// holds it; `None` (and nothing done) otherwise. (A staged timer cancelled by another
     /// thread the reaper frees when it takes it in.)
     #[inline]
-    fn unstage(&self, stage: &Stage, held: &mut Held, index: u32, slot: &Slot<T>) -> Option<T> {
+    fn unstage(&self, stage: &Stage, held: &mut Held, index: u32, slot: Slot<'_, T>) -> Option<T> {
         // Relaxed: the slot's place was written by this thread when it staged it. If the
         // slot is no longer in this stage, the check below fails: a slot is in one stage at
         // most, only the owner puts it there, and it is not staging now.
@@ -352,7 +352,7 @@ impl<T> Shard<T> {
     }
 
     /// A slot in a stage held by the caller.
-    fn staged_slot(&self, index: u32) -> &Slot<T> {
+    fn staged_slot(&self, index: u32) -> Slot<'_, T> {
         // SAFETY: a staged slot is pending or cancelled, never free, so its chunk stays.
         unsafe { self.slots.owned(index) }.expect("staged slots are installed")
     }

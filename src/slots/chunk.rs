@@ -1,11 +1,18 @@
 //! Where the slots live: chunks that double in size (chunk `c` holds `64 << c` slots),
 //! laid out as the wheel's slab lays out its entries, so that a slot's index says which
 //! chunk holds it and where; and the chunks' memory, made and freed here.
+//!
+//! A chunk holds its slots' controls (state word and change link, 8 bytes each) packed
+//! together at its front, and their bodies (deadline, links, payload) after them. A cancel
+//! touches only the control: with a million timers pending the controls fill 8 MB, which
+//! a last-level cache can keep, while the bodies (32 MB) cannot. With the state word in
+//! the body, engine W1 at a million pending (every cancel names a random timer) spent a
+//! third of the producing thread's time waiting for that word; packed apart, it ran about
+//! 13 % faster on our 2-core test VM.
 
-use super::Slot;
+use super::{Body, Control, Slot};
 use crate::slab;
-#[cfg(loom)]
-use std::ptr;
+use std::alloc::Layout;
 
 /// log2 of the first chunk's length; 1 under loom, so that a model fills a chunk and gives
 /// it back in a few steps.
@@ -32,46 +39,93 @@ pub(super) fn first_index(chunk: usize) -> u32 {
     slab::first_index::<FIRST_CHUNK_BITS>(chunk) as u32
 }
 
+/// Where a chunk of `len` slots keeps its bodies: after the controls, aligned for a body.
+fn bodies_offset<T>(len: usize) -> usize {
+    (len * size_of::<Control>()).next_multiple_of(align_of::<Body<T>>())
+}
+
+/// The memory layout of a chunk of `len` slots: `len` controls, then `len` bodies.
+fn chunk_layout<T>(len: usize) -> Layout {
+    // A chunk holds at most 2^31 slots of a few words (and a payload that fits in
+    // memory), far below `isize::MAX` bytes; it holds at least 64, so its size is not 0.
+    let size = bodies_offset::<T>(len) + len * size_of::<Body<T>>();
+    let align = align_of::<Control>().max(align_of::<Body<T>>());
+    let layout = Layout::from_size_align(size, align).expect("chunks fit in memory");
+    crate::pages::huge_aligned(layout)
+}
+
 /// A chunk of `len` fresh slots, on huge pages if `huge` (and it is big enough, see
 /// `pages`), owned by the caller until it frees it with `dealloc_chunk`.
 ///
 /// Outside loom the chunk is zeroed memory mapped from the OS (see `pages`), which is what
-/// `Slot::new` builds: all-zero atomics are valid, and the payload cell may hold anything.
-/// So installing a chunk of millions of slots costs a system call, not a pass over them
-/// (the OS hands out zeroed pages as they are first touched), a producer that loses the
-/// race to install it wastes nothing, and a chunk given back leaves the process whatever
-/// the global allocator. Loom's atomics are not plain integers, so loom builds them one by
-/// one.
-pub(super) fn new_chunk<T>(len: usize, huge: bool) -> *mut Slot<T> {
+/// `Control::new` and `Body::new` build: all-zero atomics are valid, and the payload cell
+/// may hold anything. So installing a chunk of millions of slots costs a system call, not
+/// a pass over them (the OS hands out zeroed pages as they are first touched), a producer
+/// that loses the race to install it wastes nothing, and a chunk given back leaves the
+/// process whatever the global allocator. Loom's atomics are not plain integers, so loom
+/// builds them one by one, in memory of the same layout.
+pub(super) fn new_chunk<T>(len: usize, huge: bool) -> *mut u8 {
+    let layout = chunk_layout::<T>(len);
     #[cfg(loom)]
     return {
         let _ = huge;
-        Box::into_raw((0..len).map(|_| Slot::new()).collect::<Box<[Slot<T>]>>()).cast()
+        // SAFETY: the layout's size is not zero (see `chunk_layout`).
+        let base = unsafe { std::alloc::alloc(layout) };
+        if base.is_null() {
+            std::alloc::handle_alloc_error(layout);
+        }
+        for offset in 0..len {
+            let (control, body) = parts::<T>(base, len, offset);
+            // SAFETY: both lie in the block just allocated for `len` slots, aligned for
+            // their types, and are written once, before anyone reads them.
+            unsafe {
+                control.cast_mut().write(Control::new());
+                body.cast_mut().write(Body::new());
+            }
+        }
+        base
     };
     #[cfg(not(loom))]
-    crate::pages::allocate_zeroed(chunk_layout::<T>(len), huge).cast()
+    crate::pages::allocate_zeroed(layout, huge)
 }
 
-/// The memory layout of a chunk of `len` slots.
-#[cfg(not(loom))]
-pub(super) fn chunk_layout<T>(len: usize) -> std::alloc::Layout {
-    // A chunk holds at least 64 slots of at least 32 bytes (atomics), so its layout is not
-    // zero-sized; chunks hold at most 2^31 slots, far below `isize::MAX` bytes.
-    crate::pages::huge_aligned(
-        std::alloc::Layout::array::<Slot<T>>(len).expect("chunks fit in memory"),
-    )
+/// The control and body of the slot at `offset` of a chunk of `len` slots at `base`, as
+/// pointers: in bounds if `offset < len` (only the arithmetic is done here).
+fn parts<T>(base: *mut u8, len: usize, offset: usize) -> (*const Control, *const Body<T>) {
+    let control = base.cast::<Control>().wrapping_add(offset);
+    let body = base
+        .wrapping_add(bodies_offset::<T>(len))
+        .cast::<Body<T>>()
+        .wrapping_add(offset);
+    (control, body)
 }
 
-/// The slots of chunk `chunk` made by `new_chunk`.
+/// The slot at `offset` of chunk `chunk`, whose memory starts at `base`.
 ///
 /// # Safety
 ///
-/// `base` came from `new_chunk(chunk_len(chunk))` and is not freed while the slice is
-/// used.
-pub(super) unsafe fn chunk_slots<'a, T>(base: *mut Slot<T>, chunk: usize) -> &'a [Slot<T>] {
-    // SAFETY: the memory holds `chunk_len(chunk)` valid slots (zeroed ones are valid, see
-    // `new_chunk`) and outlives the borrow, by the caller's contract.
-    unsafe { std::slice::from_raw_parts(base, chunk_len(chunk)) }
+/// `base` came from `new_chunk(chunk_len(chunk))`, `offset` is below `chunk_len(chunk)`,
+/// and the chunk is not freed while the slot is used.
+pub(super) unsafe fn slot_at<'a, T>(base: *mut u8, chunk: usize, offset: usize) -> Slot<'a, T> {
+    let (control, body) = parts::<T>(base, chunk_len(chunk), offset);
+    // SAFETY: both are in the chunk (`offset` is in bounds) and initialised (zeroed ones
+    // are valid, see `new_chunk`), and the memory outlives the borrow, by the caller's
+    // contract.
+    unsafe { Slot::new(&*control, &*body) }
+}
+
+/// Asks the CPU to bring the slot at `offset` of chunk `chunk` (at `base`) into its cache:
+/// its control and its body. A hint: it reads nothing the program sees and never faults.
+#[cfg(all(target_arch = "x86_64", not(loom), not(miri)))]
+pub(super) fn prefetch<T>(base: *mut u8, chunk: usize, offset: usize) {
+    use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+    let (control, body) = parts::<T>(base, chunk_len(chunk), offset);
+    // SAFETY: a prefetch reads no memory the program sees and never faults, whatever the
+    // address.
+    unsafe {
+        _mm_prefetch::<_MM_HINT_T0>(control.cast());
+        _mm_prefetch::<_MM_HINT_T0>(body.cast());
+    }
 }
 
 /// Frees chunk `chunk` made by `new_chunk`. Its slots hold no payload (or the caller has
@@ -81,41 +135,54 @@ pub(super) unsafe fn chunk_slots<'a, T>(base: *mut Slot<T>, chunk: usize) -> &'a
 ///
 /// `base` came from `new_chunk(chunk_len(chunk))`, is freed once, and nobody holds a
 /// reference into it.
-pub(super) unsafe fn dealloc_chunk<T>(base: *mut Slot<T>, chunk: usize) {
+pub(super) unsafe fn dealloc_chunk<T>(base: *mut u8, chunk: usize) {
+    let len = chunk_len(chunk);
     #[cfg(loom)]
-    // SAFETY: `new_chunk` made it a boxed slice of this length; the caller gives it up.
-    drop(unsafe { Box::from_raw(ptr::slice_from_raw_parts_mut(base, chunk_len(chunk))) });
+    for offset in 0..len {
+        let (control, body) = parts::<T>(base, len, offset);
+        // SAFETY: `new_chunk` wrote both, and the caller gives the chunk up: they are
+        // dropped once (loom's atomics have drop glue; the payload cell has none).
+        unsafe {
+            control.cast_mut().drop_in_place();
+            body.cast_mut().drop_in_place();
+        }
+    }
+    // SAFETY: made by `new_chunk` with this layout, freed once, never used again.
+    #[cfg(loom)]
+    unsafe {
+        std::alloc::dealloc(base, chunk_layout::<T>(len))
+    };
     #[cfg(not(loom))]
     // SAFETY: mapped by `new_chunk` with this layout, freed once, never used again.
     unsafe {
-        crate::pages::free(base.cast(), chunk_layout::<T>(chunk_len(chunk)))
+        crate::pages::free(base, chunk_layout::<T>(len))
     };
 }
 
 /// Frees a chunk given back, whose slots are all free. Under loom the memory is kept and
 /// each slot marked freed instead, so that a model sees any later access (see
-/// `Slot::check_live`) rather than reading freed memory.
+/// `Body::check_live`) rather than reading freed memory.
 ///
 /// # Safety
 ///
 /// As for `dealloc_chunk`.
-pub(super) unsafe fn free_chunk<T>(base: *mut Slot<T>, chunk: usize) {
+pub(super) unsafe fn free_chunk<T>(base: *mut u8, chunk: usize) {
     #[cfg(loom)]
-    // SAFETY: the chunk is live until here (its memory is kept under loom).
-    for slot in unsafe { chunk_slots(base, chunk) } {
-        // SAFETY: loom checks this write against every other access to the flag.
-        slot.freed.with_mut(|freed| unsafe { *freed = true });
+    for offset in 0..chunk_len(chunk) {
+        // SAFETY: the chunk is live until here (its memory is kept under loom).
+        let slot = unsafe { slot_at::<T>(base, chunk, offset) };
+        slot.mark_freed();
     }
     #[cfg(not(loom))]
     // SAFETY: the caller's contract is `dealloc_chunk`'s.
     unsafe {
-        dealloc_chunk(base, chunk)
+        dealloc_chunk::<T>(base, chunk)
     };
 }
 
 /// A chunk pointer that may cross to whichever thread runs the deferred free.
-pub(super) struct ChunkPtr<T>(pub(super) *mut Slot<T>);
+pub(super) struct ChunkPtr(pub(super) *mut u8);
 
 // SAFETY: the pointer is only used to free a chunk no thread reaches any more (see
 // `Slots::give_back_top`), and a chunk given back holds no payload, so no `T` moves.
-unsafe impl<T> Send for ChunkPtr<T> {}
+unsafe impl Send for ChunkPtr {}

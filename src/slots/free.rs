@@ -35,7 +35,7 @@ impl<T> Slots<T> {
     /// Takes a free slot for a producer, which then owns it until it publishes it. Returns
     /// its index and the slot, or `None` when all `MAX_SLOTS` slots are in use. A slot of
     /// the free stack, or else of the spare stack (a shrink under way), or else a new one.
-    pub(crate) fn take(&self) -> Option<(u32, &Slot<T>)> {
+    pub(crate) fn take(&self) -> Option<(u32, Slot<'_, T>)> {
         for stack in [&self.free, &self.spare] {
             if let Some(index) = self.take_batch(stack) {
                 // SAFETY: the batch was taken, so its slots are the caller's, which keeps
@@ -162,7 +162,7 @@ impl<T> Slots<T> {
     /// holds `BATCH_LEN` slots: a stage takes a whole batch, so a pass that frees a
     /// hundred thousand slots must not make one, or one thread would take them all while
     /// the others claim new slots.
-    pub(super) fn chain(&self, chain: &mut Chain, index: u32, slot: &Slot<T>) {
+    pub(super) fn chain(&self, chain: &mut Chain, index: u32, slot: Slot<'_, T>) {
         chain.push(index, slot);
         if chain.len == BATCH_LEN {
             self.push_batch(&self.free, std::mem::take(chain).first);
@@ -184,7 +184,7 @@ pub(super) struct Chain {
 impl Chain {
     pub(super) const EMPTY: Chain = Chain { first: NIL, len: 0 };
 
-    pub(super) fn push<T>(&mut self, index: u32, slot: &Slot<T>) {
+    pub(super) fn push<T>(&mut self, index: u32, slot: Slot<'_, T>) {
         // Relaxed: published by the push on a stack, a Release CAS.
         slot.link.store(self.first, Ordering::Relaxed);
         self.first = index;

@@ -54,10 +54,11 @@ use crate::slab::NIL;
 use crate::sync::epoch::{self, Guard};
 use crate::sync::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering, UnsafeCell};
 pub(crate) use chunk::{CHUNKS, chunk_of};
-use chunk::{chunk_len, chunk_slots, dealloc_chunk, first_index, locate, new_chunk};
+use chunk::{chunk_len, dealloc_chunk, first_index, locate, new_chunk, slot_at};
 use crossbeam_utils::CachePadded;
 use free::Chain;
 use shrink::Shrink;
+use std::marker::PhantomData;
 use std::mem::MaybeUninit;
 use std::ptr;
 use std::sync::Arc;
@@ -103,11 +104,28 @@ pub(crate) const fn next_generation(generation: u32) -> u32 {
     (generation + 1) % GENERATIONS
 }
 
-/// One timer slot, shared between the producers, cancellers and the reaper.
-pub(crate) struct Slot<T> {
-    /// Generation and state (see `word`): 32 bits, so that with the 8-byte deadline, three
-    /// links and a 16-byte payload a slot is 40 bytes.
-    pub(crate) state: AtomicU32,
+/// The words of a slot that a cancel touches, kept apart from its body (see `chunk`).
+pub(crate) struct Control {
+    /// Generation and state (see `word`).
+    state: AtomicU32,
+    /// Next slot in the shard's list of changes (cancels and resets).
+    change_link: AtomicU32,
+}
+
+impl Control {
+    /// A fresh control: zero, as in a chunk from `new_chunk` outside loom.
+    #[cfg(loom)]
+    fn new() -> Self {
+        Control {
+            state: AtomicU32::new(word(0, FREE)),
+            change_link: AtomicU32::new(0),
+        }
+    }
+}
+
+/// The rest of a slot: with a 16-byte payload, 32 bytes, so that no body straddles two
+/// cache lines (and with its control a slot is 40 bytes).
+pub(crate) struct Body<T> {
     /// The tick it is due at; written by the producer before it publishes the slot, and
     /// after that only by a `reset` holding the `RESETTING` flag. In the first free slot
     /// of a batch on a free stack: the batch below (see `free`).
@@ -115,8 +133,6 @@ pub(crate) struct Slot<T> {
     /// Next slot in a batch of free slots, in the shard's inbox, or in the reaper's wheel
     /// bucket (a slot is in one at most); a staged slot's place in its stage.
     pub(crate) link: AtomicU32,
-    /// Next slot in the shard's list of changes (cancels and resets).
-    pub(crate) change_link: AtomicU32,
     /// The previous link in the reaper's wheel bucket (see `wheel::hierarchy`) plus one, 0
     /// when the slot is not in the wheel (so an all-zero slot is a valid fresh one). Only
     /// the reaper touches it; an atomic rather than a cell because it costs nothing and
@@ -129,31 +145,75 @@ pub(crate) struct Slot<T> {
     freed: UnsafeCell<bool>,
 }
 
-impl<T> Slot<T> {
-    /// A fresh slot: every field zero, as in a chunk from `new_chunk` outside loom. The
+impl<T> Body<T> {
+    /// A fresh body: every field zero, as in a chunk from `new_chunk` outside loom. The
     /// links are written before they are read (by the pushes that chain the slot).
     #[cfg(loom)]
     fn new() -> Self {
-        Slot {
-            state: AtomicU32::new(word(0, FREE)),
+        Body {
             deadline: AtomicU64::new(0),
             link: AtomicU32::new(0),
-            change_link: AtomicU32::new(0),
             wheel_prev: AtomicU32::new(0),
             payload: UnsafeCell::new(MaybeUninit::uninit()),
             freed: UnsafeCell::new(false),
         }
     }
+}
+
+/// One timer slot, shared between the producers, cancellers and the reaper: its control
+/// words, and its body (through `Deref`), which live apart in their chunk (see `chunk`).
+pub(crate) struct Slot<'a, T> {
+    /// Generation and state (see `word`).
+    pub(crate) state: &'a AtomicU32,
+    /// Next slot in the shard's list of changes (cancels and resets).
+    pub(crate) change_link: &'a AtomicU32,
+    body: &'a Body<T>,
+}
+
+impl<T> Clone for Slot<'_, T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T> Copy for Slot<'_, T> {}
+
+impl<T> std::ops::Deref for Slot<'_, T> {
+    type Target = Body<T>;
+
+    fn deref(&self) -> &Body<T> {
+        self.body
+    }
+}
+
+impl<'a, T> Slot<'a, T> {
+    fn new(control: &'a Control, body: &'a Body<T>) -> Self {
+        Slot {
+            state: &control.state,
+            change_link: &control.change_link,
+            body,
+        }
+    }
 
     /// Under loom, fails the model if the slot's chunk was freed: a read of the flag that
     /// races with `free_chunk`'s write is reported by loom, one ordered after it fails here.
-    fn check_live(&self) {
+    fn check_live(self) {
         #[cfg(loom)]
         // SAFETY: loom checks this read against `free_chunk`'s write.
-        self.freed
+        self.body
+            .freed
             .with(|freed| assert!(!unsafe { *freed }, "touched a slot of a freed chunk"));
     }
 
+    /// Marks the slot's chunk freed (loom keeps its memory; see `free_chunk`).
+    #[cfg(loom)]
+    fn mark_freed(self) {
+        // SAFETY: loom checks this write against every other access to the flag.
+        self.body.freed.with_mut(|freed| unsafe { *freed = true });
+    }
+}
+
+impl<T> Body<T> {
     /// Its previous link in the reaper's wheel, `NIL` when it is not in the wheel. Reaper
     /// only.
     pub(crate) fn wheel_prev(&self) -> u32 {
@@ -237,7 +297,7 @@ fn kept(index: u32) -> bool {
 pub(crate) struct Slots<T> {
     /// Chunk `c`, or null until some thread installs it; then fixed until the reaper gives
     /// it back (and a later claim installs a fresh one).
-    chunks: [AtomicPtr<Slot<T>>; CHUNKS],
+    chunks: [AtomicPtr<u8>; CHUNKS],
     /// The claim frontier: slots below it were handed out at least once, and every one is
     /// in an installed chunk or in one being installed by the thread that claimed it. Only
     /// the reaper lowers it, as it gives the top chunk back (with `CLOSED` set meanwhile).
@@ -256,6 +316,8 @@ pub(crate) struct Slots<T> {
     spare: CachePadded<AtomicU64>,
     /// Whether big chunks go on huge pages (`Builder::huge_pages`).
     huge_pages: bool,
+    /// The chunks hold `T`s (and the slots' drop drops those still pending).
+    payloads: PhantomData<T>,
 }
 
 // SAFETY: slots are shared between threads by design: every field other threads touch is
@@ -276,6 +338,7 @@ impl<T> Slots<T> {
             free: CachePadded::new(AtomicU64::new(free::head(0, NIL))),
             spare: CachePadded::new(AtomicU64::new(free::head(0, NIL))),
             huge_pages: true,
+            payloads: PhantomData,
         }
     }
 
@@ -288,7 +351,7 @@ impl<T> Slots<T> {
 
     /// A never-used slot (or one of a chunk given back), installing its chunk if this is
     /// the first claim in it.
-    fn claim(&self) -> Option<(u32, &Slot<T>)> {
+    fn claim(&self) -> Option<(u32, Slot<'_, T>)> {
         // Acquire: pairs with the reaper's Release store that reopens claims, so a claim
         // after a give-back sees the chunk's pointer cleared and the raised floor.
         let index = loop {
@@ -319,14 +382,14 @@ impl<T> Slots<T> {
                 Err(installed) => {
                     // SAFETY: `fresh` came from `new_chunk` with this length just above and
                     // lost the race, so nothing else has seen it.
-                    unsafe { dealloc_chunk(fresh, chunk) };
+                    unsafe { dealloc_chunk::<T>(fresh, chunk) };
                     installed
                 }
             };
         }
         // SAFETY: `base` is an installed chunk of `chunk_len(chunk)` slots and `offset` is
         // below that; the chunk stays while this slot is not free (see `owned`).
-        let slot = unsafe { &*base.add(offset) };
+        let slot = unsafe { slot_at(base, chunk, offset) };
         slot.check_live();
         // Relaxed: the slot is ours; a stale handle's CAS on it fails whichever word it
         // sees (0 in a fresh chunk, or a generation above the one it names).
@@ -337,17 +400,17 @@ impl<T> Slots<T> {
         Some((index, slot))
     }
 
-    /// The address of slot `index`, if its chunk is installed. Any `u32` may be asked for.
-    fn address(&self, index: u32) -> Option<*const Slot<T>> {
+    /// Where slot `index` is, if its chunk is installed: the chunk's memory, the chunk and
+    /// the slot's offset in it, which is below the chunk's length. Any `u32` may be asked
+    /// for.
+    fn address(&self, index: u32) -> Option<(*mut u8, usize, usize)> {
         if index >= MAX_SLOTS {
             return None;
         }
         let (chunk, offset) = locate(index);
         // Acquire: pairs with the installing CAS, so the slots are seen initialised.
         let base = self.chunks[chunk].load(Ordering::Acquire);
-        // In bounds: a non-null chunk pointer is an installed chunk of `chunk_len(chunk)`
-        // slots, and `offset` is below that.
-        (!base.is_null()).then(|| base.wrapping_add(offset).cast_const())
+        (!base.is_null()).then_some((base, chunk, offset))
     }
 
     /// Asks the CPU to bring slot `index` into its cache, if its chunk is installed: for
@@ -356,11 +419,8 @@ impl<T> Slots<T> {
     #[inline]
     pub(crate) fn prefetch(&self, index: u32) {
         #[cfg(all(target_arch = "x86_64", not(loom), not(miri)))]
-        if let Some(address) = self.address(index) {
-            use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-            // SAFETY: a prefetch reads no memory the program sees and never faults,
-            // whatever the address (and this one is of an installed chunk).
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(address.cast()) };
+        if let Some((base, chunk, offset)) = self.address(index) {
+            chunk::prefetch::<T>(base, chunk, offset);
         }
         #[cfg(not(all(target_arch = "x86_64", not(loom), not(miri))))]
         let _ = index;
@@ -368,14 +428,16 @@ impl<T> Slots<T> {
 
     /// The slot at `index`, if its chunk is installed, for as long as `pin` lasts: any
     /// thread, with any index (a stale handle's, say), and a `pin` made for it.
-    pub(crate) fn get<'g>(&'g self, index: u32, pin: &'g Pin) -> Option<&'g Slot<T>> {
+    pub(crate) fn get<'g>(&'g self, index: u32, pin: &'g Pin) -> Option<Slot<'g, T>> {
         debug_assert!(pin.covers(index), "looked up without a pin");
-        // SAFETY: the chunk was installed when its pointer was read. A chunk below
-        // `KEEP_CHUNKS` is never given back while the slots live, which the borrow of
-        // `self` covers; the reaper frees any other chunk it gives back only once every
-        // thread pinned before it cleared the pointer has unpinned, and `pin` pins this
-        // thread for such an index: the memory outlives the borrow either way.
-        let slot = unsafe { &*self.address(index)? };
+        let (base, chunk, offset) = self.address(index)?;
+        // SAFETY: the chunk was installed when its pointer was read, and holds the offset
+        // `address` gives. A chunk below `KEEP_CHUNKS` is never given back while the slots
+        // live, which the borrow of `self` covers; the reaper frees any other chunk it
+        // gives back only once every thread pinned before it cleared the pointer has
+        // unpinned, and `pin` pins this thread for such an index: the memory outlives the
+        // borrow either way.
+        let slot = unsafe { slot_at(base, chunk, offset) };
         slot.check_live();
         Some(slot)
     }
@@ -391,9 +453,11 @@ impl<T> Slots<T> {
     /// free slot), one it published, or, for a stage's holder, any slot of a chunk the
     /// stage has a slot of (see `stage::Chunks`). The reaper may ask for any index: it is
     /// the only thread that gives chunks back, so a pointer it reads is current.
-    pub(crate) unsafe fn owned(&self, index: u32) -> Option<&Slot<T>> {
-        // SAFETY: by the contract above the chunk outlives the borrow.
-        let slot = unsafe { &*self.address(index)? };
+    pub(crate) unsafe fn owned(&self, index: u32) -> Option<Slot<'_, T>> {
+        let (base, chunk, offset) = self.address(index)?;
+        // SAFETY: an installed chunk holds the offset `address` gives; by the contract
+        // above the chunk outlives the borrow.
+        let slot = unsafe { slot_at(base, chunk, offset) };
         slot.check_live();
         Some(slot)
     }
@@ -403,7 +467,7 @@ impl<T> Slots<T> {
     /// when the generation would wrap. Called by the owner of the slot: the reaper, or a
     /// producer whose push was refused. The slot is free from here on (no handle reaches
     /// its payload), and reusable once `freed` is recycled.
-    pub(crate) fn release(&self, index: u32, slot: &Slot<T>, generation: u32, freed: &mut Freed) {
+    pub(crate) fn release(&self, index: u32, slot: Slot<'_, T>, generation: u32, freed: &mut Freed) {
         let next_generation = next_generation(generation);
         // Release: a producer that later sees the slot FREE (through the free stack's
         // Acquire) also sees everything the reaper did with the payload.
@@ -416,7 +480,7 @@ impl<T> Slots<T> {
 
     /// Chains a free slot on `freed` (or holds it back, while the reaper gives its chunk
     /// back): the reaper taking back the free slots a stage kept.
-    pub(crate) fn keep(&self, index: u32, slot: &Slot<T>, freed: &mut Freed) {
+    pub(crate) fn keep(&self, index: u32, slot: Slot<'_, T>, freed: &mut Freed) {
         match &mut freed.shrink {
             Some(shrink) if index >= shrink.limit => shrink.hold(index, slot),
             _ => self.chain(&mut freed.chain, index, slot),
@@ -426,7 +490,7 @@ impl<T> Slots<T> {
     /// Frees a slot whose payload its owner took, for the owner to take again itself (a
     /// stage's free slots): bumps its generation; false if that would wrap (the slot is
     /// retired).
-    pub(crate) fn renew(slot: &Slot<T>, generation: u32) -> bool {
+    pub(crate) fn renew(slot: Slot<'_, T>, generation: u32) -> bool {
         let next_generation = next_generation(generation);
         // Relaxed: the owner keeps the slot; whoever takes it from the owner later does so
         // through the stage's Acquire and Release.
@@ -479,12 +543,13 @@ impl<T> Drop for Slots<T> {
             if base.is_null() {
                 continue;
             }
-            // SAFETY: installed chunks come from `new_chunk` with this length, and `&mut
-            // self` means no other thread holds a reference into them.
-            let slots = unsafe { chunk_slots(base, chunk) };
             let first = first_index(chunk) as usize;
-            let used = (claimed as usize).saturating_sub(first).min(slots.len());
-            for slot in &slots[..used] {
+            let used = (claimed as usize).saturating_sub(first).min(chunk_len(chunk));
+            for offset in 0..used {
+                // SAFETY: installed chunks come from `new_chunk` with this length, `offset`
+                // is below it, and `&mut self` means no other thread holds a reference
+                // into them.
+                let slot = unsafe { slot_at::<T>(base, chunk, offset) };
                 let (_, state) = split(slot.state.load(Ordering::Relaxed));
                 if state == PENDING || state == CANCELLED {
                     // SAFETY: published and not yet taken by the reaper (which takes the
@@ -494,7 +559,7 @@ impl<T> Drop for Slots<T> {
                 }
             }
             // SAFETY: as above; the payloads are out, and nothing uses the chunk again.
-            unsafe { dealloc_chunk(base, chunk) };
+            unsafe { dealloc_chunk::<T>(base, chunk) };
         }
     }
 }

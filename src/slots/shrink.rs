@@ -266,7 +266,7 @@ impl<T> Slots<T> {
         unsafe {
             guard.defer_unchecked(move || {
                 let ChunkPtr(base) = base;
-                free_chunk(base, chunk);
+                free_chunk::<T>(base, chunk);
                 unfreed.fetch_sub(1, Ordering::Relaxed);
             });
         }
@@ -308,7 +308,7 @@ pub(super) struct Shrink {
 }
 
 impl Shrink {
-    pub(super) fn hold<T>(&mut self, index: u32, slot: &Slot<T>) {
+    pub(super) fn hold<T>(&mut self, index: u32, slot: Slot<'_, T>) {
         // Relaxed: a FREE word the reaper wrote, or read through the stack's Acquire.
         let (generation, _) = split(slot.state.load(Ordering::Relaxed));
         let held = &mut self.held[locate(index).0];

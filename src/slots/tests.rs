@@ -396,9 +396,34 @@ fn concurrent_takers_get_distinct_slots() {
 
 #[test]
 fn a_slot_with_a_16_byte_payload_is_40_bytes() {
-    // State word, deadline, three links and the payload: W4's memory per pending timer.
-    assert_eq!(std::mem::size_of::<Slot<[u8; 16]>>(), 40);
-    assert_eq!(std::mem::size_of::<Slot<crate::Callback>>(), 40);
+    // Control (state word, change link) and body (deadline, two links, payload): W4's
+    // memory per pending timer. A 32-byte body never straddles two cache lines.
+    assert_eq!(std::mem::size_of::<Control>(), 8);
+    assert_eq!(std::mem::size_of::<Body<[u8; 16]>>(), 32);
+    assert_eq!(std::mem::size_of::<Body<crate::Callback>>(), 32);
+}
+
+#[test]
+fn a_chunk_packs_the_controls_apart_from_the_bodies() {
+    let slots = Slots::<[u8; 16]>::new();
+    let pin = Pin::NONE;
+    let taken: Vec<u32> = (0..64).map(|_| slots.take().unwrap().0).collect();
+    let at = |index: u32| {
+        let slot = slots.get(index, &pin).unwrap();
+        (
+            slot.state as *const AtomicU32 as usize,
+            &*slot as *const Body<[u8; 16]> as usize,
+        )
+    };
+    let (first_state, first_body) = at(taken[0]);
+    for &index in &taken {
+        let (state, body) = at(index);
+        let offset = (index - taken[0]) as usize;
+        // The controls one after another, 8 bytes each, and the bodies after them all.
+        assert_eq!(state, first_state + 8 * offset);
+        assert_eq!(body, first_body + 32 * offset);
+        assert!(body >= first_state + 8 * 64, "slot {index}'s body among the controls");
+    }
 }
 
 /// The slots of a chain through their links, from `first` to its `NIL`.
