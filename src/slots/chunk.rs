@@ -8,7 +8,7 @@
 //! a last-level cache can keep, while the bodies (32 MB) cannot. With the state word in
 //! the body, engine W1 at a million pending (every cancel names a random timer) spent a
 //! third of the producing thread's time waiting for that word; packed apart, it ran about
-//! 13 % faster on our 2-core test VM.
+//! 10 % faster against tokio's timers on our 2-core test VM (median of six paired runs).
 
 use super::{Body, Control, Slot};
 use crate::slab;
@@ -40,17 +40,22 @@ pub(super) fn first_index(chunk: usize) -> u32 {
 }
 
 /// Where a chunk of `len` slots keeps its bodies: after the controls, aligned for a body.
+/// The arithmetic is unchecked: `chunk_layout` checks it for every chunk before the chunk
+/// exists, and the offset is below the size it checked.
 fn bodies_offset<T>(len: usize) -> usize {
     (len * size_of::<Control>()).next_multiple_of(align_of::<Body<T>>())
 }
 
-/// The memory layout of a chunk of `len` slots: `len` controls, then `len` bodies.
+/// The memory layout of a chunk of `len` slots: `len` controls, then `len` bodies (at
+/// `bodies_offset`).
 fn chunk_layout<T>(len: usize) -> Layout {
-    // A chunk holds at most 2^31 slots of a few words (and a payload that fits in
-    // memory), far below `isize::MAX` bytes; it holds at least 64, so its size is not 0.
-    let size = bodies_offset::<T>(len) + len * size_of::<Body<T>>();
-    let align = align_of::<Control>().max(align_of::<Body<T>>());
-    let layout = Layout::from_size_align(size, align).expect("chunks fit in memory");
+    // A chunk holds at most 2^31 slots of a few words and a payload, far below `isize::MAX`
+    // bytes for any payload that fits in memory; the checks say so rather than assume it.
+    // A body has atomics, so the size is not 0.
+    let (layout, bodies) = Layout::array::<Control>(len)
+        .and_then(|controls| controls.extend(Layout::array::<Body<T>>(len)?))
+        .expect("chunks fit in memory");
+    debug_assert_eq!(bodies, bodies_offset::<T>(len));
     crate::pages::huge_aligned(layout)
 }
 
@@ -141,7 +146,8 @@ pub(super) unsafe fn dealloc_chunk<T>(base: *mut u8, chunk: usize) {
     for offset in 0..len {
         let (control, body) = parts::<T>(base, len, offset);
         // SAFETY: `new_chunk` wrote both, and the caller gives the chunk up: they are
-        // dropped once (loom's atomics have drop glue; the payload cell has none).
+        // dropped once (loom's atomics and cells have drop glue; a payload cell's
+        // `MaybeUninit` drops no `T`).
         unsafe {
             control.cast_mut().drop_in_place();
             body.cast_mut().drop_in_place();

@@ -316,8 +316,10 @@ pub(crate) struct Slots<T> {
     spare: CachePadded<AtomicU64>,
     /// Whether big chunks go on huge pages (`Builder::huge_pages`).
     huge_pages: bool,
-    /// The chunks hold `T`s (and the slots' drop drops those still pending).
-    payloads: PhantomData<T>,
+    /// The chunks hold `T`s (and the slots' drop drops those still pending), in cells:
+    /// `T` is invariant, as the slots take payloads in and hand them out through `&self`.
+    /// (Only a marker: `Send` and `Sync` are implemented below.)
+    payloads: PhantomData<std::cell::Cell<T>>,
 }
 
 // SAFETY: slots are shared between threads by design: every field other threads touch is
