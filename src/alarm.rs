@@ -17,7 +17,11 @@
 //! timer ended (a timeout whose work finished first, the common case) takes the waker with
 //! it, so the task's reference count drops on the task's own core, and the alarm, finding
 //! the sleep gone at its first step, frees the memory and touches nothing else. Otherwise
-//! the waker stays in the allocation, and whoever frees it drops it.
+//! the waker stays in the allocation, and whoever frees it drops it. A sleep whose timer
+//! still waited in its own thread's stage when it let go gets the alarm back with the
+//! timer, never seen by another thread: with both ends in hand it frees everything with
+//! no read-modify-write at all (`Listener::reclaim`; W7 `mode=yield1`, whose timeouts all
+//! end so, spent about 10 ns less CPU an operation, 6 %).
 //!
 //! Why not an `Arc` and an `AtomicWaker`: a timeout cancelled before its deadline (the
 //! common case) makes two read-modify-writes on this byte, one for each end, where those
@@ -182,6 +186,20 @@ impl Listener {
         ending(self.shared().state.load(Ordering::Relaxed))
     }
 
+    /// Takes back this sleep's own alarm, which never left the calling thread (its timer
+    /// was taken out of the thread's stage unrun, see `Scheduler::take_staged`): with both
+    /// ends here, the allocation and its waker are freed without a word to the other end.
+    pub fn reclaim(self, alarm: Alarm) {
+        assert_eq!(self.0, alarm.0, "a listener reclaims its own alarm");
+        let listener = ManuallyDrop::new(self);
+        let _alarm = ManuallyDrop::new(alarm);
+        // SAFETY: both ends are here and neither has let go (the alarm, never run nor
+        // dropped, never reached another thread: its timer stayed in this thread's stage
+        // until taken back), so no other reference to the allocation exists and none can
+        // come; the sleep still listens, so the waker is in it. Neither end is used again.
+        unsafe { free(listener.0, true) };
+    }
+
     /// Lets go, as a drop does, and tells how the wait had ended when it did: `None` if
     /// it had not, and then nobody will be woken.
     pub fn leave(self) -> Option<Result<(), SleepError>> {
@@ -340,6 +358,15 @@ mod tests {
             assert_eq!(woken(&count), 0);
             assert_eq!(Arc::strong_count(&count), 1);
         }
+    }
+
+    #[test]
+    fn a_sleep_that_reclaims_its_own_alarm_frees_both_ends_and_the_waker_once() {
+        let (count, waker) = counting();
+        let (listener, alarm) = pair(waker);
+        listener.reclaim(alarm);
+        assert_eq!(woken(&count), 0, "nobody is woken");
+        assert_eq!(Arc::strong_count(&count), 1, "the waker is dropped once");
     }
 
     #[test]

@@ -172,6 +172,17 @@ impl Callback {
         }
     }
 
+    /// The alarm of a sleep's wake-up, unrun; `None` for a closure (which is dropped).
+    pub(crate) fn into_alarm(self) -> Option<Alarm> {
+        if !self.kind.wake_up {
+            return None;
+        }
+        let callback = ManuallyDrop::new(self);
+        // SAFETY: only `WAKE` says `wake_up`, and its word holds an `Alarm` (see `wake`),
+        // taken once here: `callback` is not dropped.
+        Some(unsafe { take::<Alarm>(callback.data) })
+    }
+
     /// Whether this is the wake-up of a [`Sleep`](crate::Sleep) (or of a
     /// [`Timeout`](crate::Timeout)'s sleep) rather than a closure of the user's: what
     /// tells the two apart among the callbacks that [`Timer::shutdown`](crate::Timer::shutdown)

@@ -302,6 +302,18 @@ impl<T: Send + 'static> Scheduler<T> {
         })
     }
 
+    /// Cancels the timer `handle` names if it still waits in the calling thread's stage,
+    /// untouched by any other thread, and returns its payload (see `Shard::take_staged`);
+    /// `None`, and nothing done, otherwise.
+    #[inline]
+    pub(crate) fn take_staged(&self, handle: TimerHandle) -> Option<T> {
+        let shard = self.shard_of(handle)?;
+        producer(|producer| {
+            let stage = producer.stage(self.id, handle.shard() as usize)?;
+            shard.take_staged(&stage, handle.slot(), handle.generation())
+        })
+    }
+
     /// See [`Timer::reset`](crate::Timer::reset).
     pub(crate) fn reset_due(&self, handle: TimerHandle, deadline: u64) -> Result<(), StaleHandle> {
         let shard = self.shard_of(handle).ok_or(StaleHandle)?;

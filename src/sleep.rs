@@ -189,10 +189,21 @@ impl Sleep {
 
     #[inline(never)]
     fn let_go(&self, armed: Armed) {
+        let scheduler = self.engine.scheduler();
+        // A timer still in this thread's stage (a timeout whose work finished first, the
+        // common case) comes back unrun with its alarm: both ends are here, and go
+        // without the two read-modify-writes of letting go one end at a time.
+        if let Some(alarm) = scheduler
+            .take_staged(armed.handle)
+            .and_then(Callback::into_alarm)
+        {
+            armed.listener.reclaim(alarm);
+            return;
+        }
         // The listener first, so that the cancelled callback wakes nobody; a timer whose
         // wait ended has ended too, with nothing to cancel.
         if armed.listener.leave().is_none() {
-            self.engine.scheduler().cancel(armed.handle);
+            scheduler.cancel(armed.handle);
         }
     }
 }

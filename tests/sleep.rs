@@ -98,6 +98,38 @@ fn dropping_a_sleep_cancels_its_timer_and_wakes_nobody() {
     );
 }
 
+/// A sleep's timer taken back from its own thread's stage, dropped on another thread, or
+/// reset first: each way it is cancelled once, fires never, wakes nobody and lets go of
+/// its waker.
+#[test]
+fn a_sleep_dropped_on_its_thread_on_another_or_after_a_reset_lets_go_once() {
+    for how in ["here", "elsewhere", "reset"] {
+        let timer = manual();
+        let (count, waker) = counting();
+        let mut sleep = timer.sleep(ms(10));
+        assert!(poll(&mut sleep, &waker).is_pending());
+        assert_eq!(
+            Arc::strong_count(&count),
+            3,
+            "{how}: the sleep holds a waker"
+        );
+        match how {
+            "here" => drop(sleep),
+            "elsewhere" => std::thread::spawn(move || drop(sleep)).join().unwrap(),
+            _ => {
+                sleep.reset(timer.now() + ms(20));
+                drop(sleep);
+            }
+        }
+        assert_eq!(Arc::strong_count(&count), 2, "{how}: the waker is let go");
+        timer.advance(ms(100)).unwrap();
+        let stats = timer.stats();
+        assert_eq!((stats.cancelled, stats.fired), (1, 0), "{how}");
+        assert_eq!(timer.pending(), 0, "{how}");
+        assert_eq!(wakes(&count), 0, "{how}: nobody is woken");
+    }
+}
+
 #[test]
 fn a_deadline_already_passed_needs_no_timer() {
     let timer = manual();

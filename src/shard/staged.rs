@@ -266,6 +266,47 @@ impl<T> Shard<T> {
         payload
     }
 
+    /// The owner's cancel of the timer of generation `generation` in slot `index` if it
+    /// still waits in `stage`, the calling thread's own, untouched by any other thread (no
+    /// reset, no cancel): takes it out and returns its payload, unrun and never seen by a
+    /// reaper. `None`, and nothing done, otherwise. (A sleep that lets go of its timer so
+    /// gets its own alarm back, see `Sleep::let_go`.)
+    #[inline]
+    pub fn take_staged(&self, stage: &Stage, index: u32, generation: u32) -> Option<T> {
+        if !stage.try_own() {
+            return None;
+        }
+        // SAFETY: taken just above.
+        let taken = unsafe { stage.with(|held| self.take_staged_held(stage, held, index, generation)) };
+        self.leave(stage);
+        taken
+    }
+
+    /// `take_staged`'s work on the contents `held` of `stage`, held by its owner.
+    #[inline]
+    fn take_staged_held(&self, stage: &Stage, held: &mut Held, index: u32, generation: u32) -> Option<T> {
+        // SAFETY: the stage, held, has a slot in this slot's chunk (see `Chunks`).
+        let slot = held.chunks.has(index).then(|| unsafe { self.slots.owned(index) })??;
+        // Relaxed: a staged slot's place, written by this thread; for a slot not staged
+        // here, whatever the link holds fails the check (see `unstage`).
+        let place = slot.link.load(Ordering::Relaxed) as usize;
+        if held.staged.get(place) != Some(&index) {
+            return None;
+        }
+        // AcqRel on success, Relaxed on failure: as `cancel_pending`'s CAS, from the one
+        // word of a pending staged timer of this generation with no other flag.
+        slot.state
+            .compare_exchange(
+                slots::word(generation, PENDING) | STAGED,
+                slots::word(generation, CANCELLED) | STAGED,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            )
+            .ok()?;
+        self.count_cancelled(Some(stage));
+        self.unstage(stage, held, index, slot)
+    }
+
     /// The owner's cancel of the timer of generation `generation` in slot `index`, with its
     /// stage held, if the stage has a slot in the same chunk: that chunk is not given back
     /// meanwhile (see `Chunks`), so the slot is looked at without a pin, and a timer still
