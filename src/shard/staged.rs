@@ -257,13 +257,20 @@ impl<T> Shard<T> {
     /// next timer; returns the payload to drop.
     #[inline]
     pub(super) fn reclaim(&self, stage: &Stage, index: u32, slot: Slot<'_, T>) -> Option<T> {
+        self.holding(stage, |held| self.unstage(stage, held, index, slot))
+    }
+
+    /// Runs `work` on the contents of `stage`, the calling thread's own, with the stage
+    /// held; `None` (and nothing done) if the reaper holds it or it is closed.
+    #[inline]
+    fn holding<R>(&self, stage: &Stage, work: impl FnOnce(&mut Held) -> Option<R>) -> Option<R> {
         if !stage.try_own() {
             return None;
         }
         // SAFETY: taken just above.
-        let payload = unsafe { stage.with(|held| self.unstage(stage, held, index, slot)) };
+        let result = unsafe { stage.with(work) };
         self.leave(stage);
-        payload
+        result
     }
 
     /// The owner's cancel of the timer of generation `generation` in slot `index` if it
@@ -273,13 +280,9 @@ impl<T> Shard<T> {
     /// gets its own alarm back, see `Sleep::let_go`.)
     #[inline]
     pub fn take_staged(&self, stage: &Stage, index: u32, generation: u32) -> Option<T> {
-        if !stage.try_own() {
-            return None;
-        }
-        // SAFETY: taken just above.
-        let taken = unsafe { stage.with(|held| self.take_staged_held(stage, held, index, generation)) };
-        self.leave(stage);
-        taken
+        self.holding(stage, |held| {
+            self.take_staged_held(stage, held, index, generation)
+        })
     }
 
     /// `take_staged`'s work on the contents `held` of `stage`, held by its owner.
