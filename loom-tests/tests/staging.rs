@@ -56,6 +56,38 @@ fn a_staged_timer_cancelled_from_another_thread_is_dropped_once() {
     });
 }
 
+/// The owner takes its staged timer back (a sleep letting go, see `Sleep::let_go`) while
+/// another thread cancels it and the reaper collects the stage and fires what is due:
+/// exactly one of the three ends the timer, and its payload is dropped once.
+#[test]
+fn the_owner_taking_its_staged_timer_back_races_a_canceller_and_the_reaper() {
+    loom::model(|| {
+        let h = Harness::new();
+        let stage = h.shard.register_stage().unwrap();
+        let (slot, generation) = h.shard.schedule_staged(&stage, 5, h.payload(1)).unwrap();
+        let canceller = {
+            let h = h.clone();
+            thread::spawn(move || h.shard.cancel(slot, generation))
+        };
+        let taken = std::sync::Arc::new(loom::sync::atomic::AtomicBool::new(false));
+        let took = std::sync::Arc::clone(&taken);
+        let mut due = beside_passes(&h, move |h| {
+            let payload = h.shard.take_staged(&stage, slot, generation);
+            took.store(payload.is_some(), loom::sync::atomic::Ordering::SeqCst);
+        });
+        let cancelled = canceller.join().unwrap();
+        h.pass(&mut due, 10);
+        let taken = taken.load(loom::sync::atomic::Ordering::SeqCst);
+        assert_eq!(
+            usize::from(taken) + usize::from(cancelled) + h.fired(),
+            1,
+            "taken back, cancelled or fired: one of them"
+        );
+        assert_eq!(h.drops(), 1, "dropped once");
+        assert_eq!(h.shard.pending(), 0);
+    });
+}
+
 #[test]
 fn the_reapers_collection_racing_the_owner_takes_each_timer_in_once() {
     loom::model(|| {
