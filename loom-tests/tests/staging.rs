@@ -8,8 +8,9 @@
 
 mod support;
 
-use loom::thread;
-use shardwheel::loom_api::{Due, Refused};
+use loom::thread::{self, JoinHandle};
+use shardwheel::loom_api::{Due, Refused, Stage};
+use std::sync::Arc;
 use support::Harness;
 
 /// Runs `other` on a thread of its own while the reaper makes a pass at 10, then, once
@@ -26,16 +27,23 @@ fn beside_passes(h: &Harness, other: impl FnOnce(Harness) + Send + 'static) -> D
     due
 }
 
+/// A timer due at 5 (payload 1) staged on a new stage, and a thread cancelling it: the
+/// stage, the timer's slot and generation, and the canceller (true if its cancel won).
+fn staged_and_cancelled(h: &Harness) -> (Arc<Stage>, (u32, u32), JoinHandle<bool>) {
+    let stage = h.shard.register_stage().unwrap();
+    let (slot, generation) = h.shard.schedule_staged(&stage, 5, h.payload(1)).unwrap();
+    let canceller = {
+        let h = h.clone();
+        thread::spawn(move || h.shard.cancel(slot, generation))
+    };
+    (stage, (slot, generation), canceller)
+}
+
 #[test]
 fn a_staged_timer_cancelled_from_another_thread_is_dropped_once() {
     loom::model(|| {
         let h = Harness::new();
-        let stage = h.shard.register_stage().unwrap();
-        let (slot, generation) = h.shard.schedule_staged(&stage, 5, h.payload(1)).unwrap();
-        let canceller = {
-            let h = h.clone();
-            thread::spawn(move || h.shard.cancel(slot, generation))
-        };
+        let (stage, _, canceller) = staged_and_cancelled(&h);
         // The owner's second timer fills the stage: it hands both over.
         let mut due = beside_passes(&h, move |h| {
             drop(h.shard.schedule_staged(&stage, 7, h.payload(2)));
@@ -63,14 +71,9 @@ fn a_staged_timer_cancelled_from_another_thread_is_dropped_once() {
 fn the_owner_taking_its_staged_timer_back_races_a_canceller_and_the_reaper() {
     loom::model(|| {
         let h = Harness::new();
-        let stage = h.shard.register_stage().unwrap();
-        let (slot, generation) = h.shard.schedule_staged(&stage, 5, h.payload(1)).unwrap();
-        let canceller = {
-            let h = h.clone();
-            thread::spawn(move || h.shard.cancel(slot, generation))
-        };
-        let taken = std::sync::Arc::new(loom::sync::atomic::AtomicBool::new(false));
-        let took = std::sync::Arc::clone(&taken);
+        let (stage, (slot, generation), canceller) = staged_and_cancelled(&h);
+        let taken = Arc::new(loom::sync::atomic::AtomicBool::new(false));
+        let took = Arc::clone(&taken);
         let mut due = beside_passes(&h, move |h| {
             let payload = h.shard.take_staged(&stage, slot, generation);
             took.store(payload.is_some(), loom::sync::atomic::Ordering::SeqCst);
@@ -112,8 +115,8 @@ fn a_staged_timer_reset_from_another_thread_fires_at_its_new_deadline() {
         let h = Harness::new();
         let stage = h.shard.register_stage().unwrap();
         let (slot, generation) = h.shard.schedule_staged(&stage, 100, h.payload(1)).unwrap();
-        let reset = std::sync::Arc::new(loom::sync::atomic::AtomicBool::new(false));
-        let done = std::sync::Arc::clone(&reset);
+        let reset = Arc::new(loom::sync::atomic::AtomicBool::new(false));
+        let done = Arc::clone(&reset);
         beside_passes(&h, move |h| {
             let was_pending = h.shard.reset(slot, generation, 5);
             done.store(was_pending, loom::sync::atomic::Ordering::SeqCst);

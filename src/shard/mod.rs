@@ -29,6 +29,7 @@ mod reaper;
 mod staged;
 #[cfg(test)]
 mod tests;
+mod unstage;
 mod wind_up;
 
 use crate::bound::Bound;

@@ -1,18 +1,18 @@
 //! The shard's side of staging (see `stage`): a producer stages its new timers and hands
-//! them over in batches, reclaims the slots of those it cancels while they are staged, and
-//! the reaper collects the stages that hold a timer due.
+//! them over in batches, and the reaper collects the stages that hold a timer due. (The
+//! owner's cancels of timers still in its stage are in `unstage`.)
 //!
 //! A batch is handed over as the stage's list of slot numbers, put in the shard's registry
 //! under its lock (once per `STAGE_LEN` timers), rather than linked through the slots onto
 //! the inbox: linking would make the owner touch every slot again, long after it wrote
 //! it, and with a million timers pending those lines are out of its cache by then.
 
-use super::{Cancelled, Refused, Shard};
+use super::{Refused, Shard};
 use crate::barrier;
 use crate::due::Due;
 use crate::slab::NIL;
-use crate::slots::{self, CANCELLED, Freed, PENDING, QUEUED, RESETTING, STAGED, Slot, Slots};
-use crate::stage::{FREE_LEN, Held, Leave, STAGE_LEN, Stage, Take};
+use crate::slots::{self, Freed, PENDING, STAGED, Slot};
+use crate::stage::{Held, Leave, STAGE_LEN, Stage, Take};
 use crate::sync::{Ordering, thread};
 #[cfg(loom)]
 use loom::sync::MutexGuard;
@@ -250,155 +250,6 @@ impl<T> Shard<T> {
         // them is woken. It may have looked at the stage before they were staged.
         self.wakeup.notify(min);
         self.notify_backlog();
-    }
-
-    /// The owner cancelled the timer of generation `generation` in slot `index` while it
-    /// was staged: if it is still in `stage`, takes it out, and its slot for the owner's
-    /// next timer; returns the payload to drop.
-    #[inline]
-    pub(super) fn reclaim(&self, stage: &Stage, index: u32, slot: Slot<'_, T>) -> Option<T> {
-        self.holding(stage, |held| self.unstage(stage, held, index, slot))
-    }
-
-    /// Runs `work` on the contents of `stage`, the calling thread's own, with the stage
-    /// held; `None` (and nothing done) if the reaper holds it or it is closed.
-    #[inline]
-    fn holding<R>(&self, stage: &Stage, work: impl FnOnce(&mut Held) -> Option<R>) -> Option<R> {
-        if !stage.try_own() {
-            return None;
-        }
-        // SAFETY: taken just above.
-        let result = unsafe { stage.with(work) };
-        self.leave(stage);
-        result
-    }
-
-    /// The owner's cancel of the timer of generation `generation` in slot `index` if it
-    /// still waits in `stage`, the calling thread's own, untouched by any other thread (no
-    /// reset, no cancel): takes it out and returns its payload, unrun and never seen by a
-    /// reaper. `None`, and nothing done, otherwise. (A sleep that lets go of its timer so
-    /// gets its own alarm back, see `Sleep::let_go`.)
-    #[inline]
-    pub fn take_staged(&self, stage: &Stage, index: u32, generation: u32) -> Option<T> {
-        self.holding(stage, |held| {
-            self.take_staged_held(stage, held, index, generation)
-        })
-    }
-
-    /// `take_staged`'s work on the contents `held` of `stage`, held by its owner.
-    #[inline]
-    fn take_staged_held(&self, stage: &Stage, held: &mut Held, index: u32, generation: u32) -> Option<T> {
-        // SAFETY: the stage, held, has a slot in this slot's chunk (see `Chunks`).
-        let slot = held.chunks.has(index).then(|| unsafe { self.slots.owned(index) })??;
-        // Relaxed: a staged slot's place, written by this thread; for a slot not staged
-        // here, whatever the link holds fails the check (see `unstage`).
-        let place = slot.link.load(Ordering::Relaxed) as usize;
-        if held.staged.get(place) != Some(&index) {
-            return None;
-        }
-        // AcqRel on success, Relaxed on failure: as `cancel_pending`'s CAS, from the one
-        // word of a pending staged timer of this generation with no other flag.
-        slot.state
-            .compare_exchange(
-                slots::word(generation, PENDING) | STAGED,
-                slots::word(generation, CANCELLED) | STAGED,
-                Ordering::AcqRel,
-                Ordering::Relaxed,
-            )
-            .ok()?;
-        self.count_cancelled(Some(stage));
-        self.unstage(stage, held, index, slot)
-    }
-
-    /// The owner's cancel of the timer of generation `generation` in slot `index`, with its
-    /// stage held, if the stage has a slot in the same chunk: that chunk is not given back
-    /// meanwhile (see `Chunks`), so the slot is looked at without a pin, and a timer still
-    /// staged is taken out of the stage in the same go. `None` (and nothing done)
-    /// otherwise: `cancel_from` goes the pinned way.
-    #[inline]
-    pub(super) fn cancel_owned(&self, stage: &Stage, index: u32, generation: u32) -> Option<bool> {
-        if !stage.try_own() {
-            return None;
-        }
-        // SAFETY: taken just above.
-        let owns_chunk = unsafe { stage.with(|held| held.chunks.has(index)) };
-        // SAFETY: the stage, held, has a slot in this slot's chunk (see `Chunks`).
-        let Some(slot) = owns_chunk.then(|| unsafe { self.slots.owned(index) }).flatten()
-        else {
-            self.leave(stage);
-            return None;
-        };
-        let payload = match self.cancel_pending(slot, index, generation, Some(stage)) {
-            Cancelled::Not => {
-                self.leave(stage);
-                return Some(false);
-            }
-            Cancelled::Done(payload) => payload,
-            // SAFETY: taken above. `None` if the timer is staged in another thread's stage,
-            // whose holder frees it.
-            Cancelled::Staged => unsafe {
-                stage.with(|held| self.unstage(stage, held, index, slot))
-            },
-        };
-        self.leave(stage);
-        if let Some(payload) = payload {
-            self.contain(|| drop(payload));
-        }
-        Some(true)
-    }
-
-    /// `reclaim`'s work on the contents `held` of `stage`, held by its owner: takes the
-    /// payload of staged slot `index` if it was cancelled, and frees the slot into the
-    /// stage's free slots (or the shard's, if those are full), if no change and no reset
-    /// holds it; `None` (and nothing done) otherwise. (A staged timer cancelled by another
-    /// thread the reaper frees when it takes it in.)
-    #[inline]
-    fn unstage(&self, stage: &Stage, held: &mut Held, index: u32, slot: Slot<'_, T>) -> Option<T> {
-        // Relaxed: the slot's place was written by this thread when it staged it. If the
-        // slot is no longer in this stage, the check below fails: a slot is in one stage at
-        // most, only the owner puts it there, and it is not staging now.
-        let place = slot.link.load(Ordering::Relaxed) as usize;
-        if held.staged.get(place) != Some(&index) {
-            return None;
-        }
-        // Acquire: pairs with the reaper's Release as it clears `QUEUED`, after its last
-        // read of the slot's `change_link`, which a later timer in the slot may write.
-        let word = slot.state.load(Ordering::Acquire);
-        let (generation, state) = slots::split(word);
-        if state != CANCELLED || word & (QUEUED | RESETTING) != 0 {
-            return None;
-        }
-        debug_assert_ne!(word & STAGED, 0, "only the stage's holder unstages");
-        // SAFETY: the slot is staged here, so no reaper has seen it, and it is cancelled
-        // with no change or reset on it: nobody else takes its payload or touches it.
-        let payload = unsafe { slot.take_payload() };
-        let kept = if held.free.len() < FREE_LEN {
-            // False if retired: its generation would wrap.
-            Slots::renew(slot, generation)
-        } else {
-            self.release_now(index, slot, generation);
-            false
-        };
-        if kept {
-            held.free.push(index);
-        } else {
-            held.chunks.gave(index);
-        }
-        held.staged.swap_remove(place);
-        if let Some(&moved) = held.staged.get(place) {
-            // Relaxed: as above.
-            self.staged_slot(moved)
-                .link
-                .store(place as u32, Ordering::Relaxed);
-        }
-        stage.set_len(held.staged.len());
-        Some(payload)
-    }
-
-    /// A slot in a stage held by the caller.
-    fn staged_slot(&self, index: u32) -> Slot<'_, T> {
-        // SAFETY: a staged slot is pending or cancelled, never free, so its chunk stays.
-        unsafe { self.slots.owned(index) }.expect("staged slots are installed")
     }
 
     /// The reaper's collection at the end of a pass: picks up new stages, and collects
