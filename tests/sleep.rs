@@ -330,3 +330,93 @@ fn futures_can_move_between_threads() {
     send(&timer.sleep(ms(1)));
     send(&timer.timeout(ms(1), async {}));
 }
+
+/// What a sequence of sleeps does on a manual timer.
+#[derive(Debug, Clone)]
+enum Step {
+    /// A sleep of this many ms, polled once (its timer waits in this thread's stage).
+    Sleep(u64),
+    /// Drops the n-th live sleep (modulo), here or on another thread.
+    Drop(usize, bool),
+    /// Moves the manual time on by this many ms.
+    Advance(u64),
+}
+
+fn step() -> impl proptest::strategy::Strategy<Value = Step> {
+    use proptest::prelude::*;
+    prop_oneof![
+        (1..40u64).prop_map(Step::Sleep),
+        (any::<usize>(), any::<bool>()).prop_map(|(n, away)| Step::Drop(n, away)),
+        (1..20u64).prop_map(Step::Advance),
+    ]
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(300))]
+
+    /// Sleeps made, dropped (on their thread, taking their timer back from its stage, or
+    /// on another) and left to end, in any order: a sleep is woken once, at or after its
+    /// deadline, unless it was dropped first; a dropped one is never woken; each timer is
+    /// fired or cancelled once; and every waker is let go of in the end.
+    #[test]
+    fn sleeps_dropped_or_left_to_end_wake_once_and_let_go(
+        steps in proptest::collection::vec(step(), 1..60),
+    ) {
+        let timer = manual();
+        // Live sleeps: the sleep, its waker's count, and its deadline in manual ms.
+        let mut live: Vec<(shardwheel::Sleep, Arc<Count>, u64)> = Vec::new();
+        let mut counts = Vec::new();
+        let (mut now, mut made, mut dropped) = (0, 0, 0);
+        for step in steps {
+            match step {
+                Step::Sleep(delay) => {
+                    let (count, waker) = counting();
+                    let mut sleep = timer.sleep(ms(delay));
+                    proptest::prop_assert!(poll(&mut sleep, &waker).is_pending());
+                    counts.push(Arc::clone(&count));
+                    live.push((sleep, count, now + delay));
+                    made += 1;
+                }
+                Step::Drop(n, away) if !live.is_empty() => {
+                    let (sleep, count, deadline) = live.swap_remove(n % live.len());
+                    let woken = wakes(&count);
+                    if away {
+                        std::thread::spawn(move || drop(sleep)).join().unwrap();
+                    } else {
+                        drop(sleep);
+                    }
+                    if woken == 0 {
+                        dropped += 1;
+                    } else {
+                        proptest::prop_assert!(deadline <= now, "woken before its deadline");
+                    }
+                    // A dropped sleep is woken by nobody, not even by its own drop.
+                    counts.retain(|c| !Arc::ptr_eq(c, &count));
+                    timer.advance(ms(0)).unwrap();
+                    proptest::prop_assert_eq!(wakes(&count), woken, "woken as it was dropped");
+                    proptest::prop_assert_eq!(Arc::strong_count(&count), 1, "the waker is let go");
+                }
+                Step::Drop(..) => {}
+                Step::Advance(by) => {
+                    timer.advance(ms(by)).unwrap();
+                    now += by;
+                    for (_, count, deadline) in &live {
+                        let expected = usize::from(*deadline <= now);
+                        proptest::prop_assert_eq!(wakes(count), expected, "woken once, when due");
+                    }
+                }
+            }
+        }
+        timer.advance(ms(100)).unwrap();
+        for (_, count, _) in &live {
+            proptest::prop_assert_eq!(wakes(count), 1, "a live sleep is woken once");
+        }
+        let stats = timer.stats();
+        proptest::prop_assert_eq!(stats.fired + stats.cancelled, made);
+        proptest::prop_assert_eq!(stats.cancelled, dropped);
+        drop(live);
+        for count in &counts {
+            proptest::prop_assert_eq!(Arc::strong_count(count), 1, "every waker let go");
+        }
+    }
+}
