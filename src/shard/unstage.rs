@@ -47,8 +47,7 @@ impl<T> Shard<T> {
     /// `take_staged`'s work on the contents `held` of `stage`, held by its owner.
     #[inline]
     fn take_staged_held(&self, stage: &Stage, held: &mut Held, index: u32, generation: u32) -> Option<T> {
-        // SAFETY: the stage, held, has a slot in this slot's chunk (see `Chunks`).
-        let slot = held.chunks.has(index).then(|| unsafe { self.slots.owned(index) })??;
+        let slot = self.kept_slot(held, index)?;
         // Relaxed: a staged slot's place, written by this thread; for a slot not staged
         // here, whatever the link holds fails the check (see `unstage`).
         let place = slot.link.load(Ordering::Relaxed) as usize;
@@ -80,10 +79,7 @@ impl<T> Shard<T> {
             return None;
         }
         // SAFETY: taken just above.
-        let owns_chunk = unsafe { stage.with(|held| held.chunks.has(index)) };
-        // SAFETY: the stage, held, has a slot in this slot's chunk (see `Chunks`).
-        let Some(slot) = owns_chunk.then(|| unsafe { self.slots.owned(index) }).flatten()
-        else {
+        let Some(slot) = (unsafe { stage.with(|held| self.kept_slot(held, index)) }) else {
             self.leave(stage);
             return None;
         };
@@ -104,6 +100,18 @@ impl<T> Shard<T> {
             self.contain(|| drop(payload));
         }
         Some(true)
+    }
+
+    /// Slot `index`, looked at without a pin, if the stage whose contents are `held` (held
+    /// by the caller) has a slot in its chunk: no chunk the stage has a slot of is given
+    /// back while the stage is held (see `Chunks`).
+    #[inline]
+    fn kept_slot(&self, held: &Held, index: u32) -> Option<Slot<'_, T>> {
+        // SAFETY: the stage, held, has a slot in this slot's chunk, which stays with it.
+        held.chunks
+            .has(index)
+            .then(|| unsafe { self.slots.owned(index) })
+            .flatten()
     }
 
     /// `reclaim`'s work on the contents `held` of `stage`, held by its owner: takes the

@@ -145,20 +145,6 @@ pub(crate) struct Body<T> {
     freed: UnsafeCell<bool>,
 }
 
-impl<T> Body<T> {
-    /// A fresh body: every field zero, as in a chunk from `new_chunk` outside loom. The
-    /// links are written before they are read (by the pushes that chain the slot).
-    #[cfg(loom)]
-    fn new() -> Self {
-        Body {
-            deadline: AtomicU64::new(0),
-            link: AtomicU32::new(0),
-            wheel_prev: AtomicU32::new(0),
-            payload: UnsafeCell::new(MaybeUninit::uninit()),
-            freed: UnsafeCell::new(false),
-        }
-    }
-}
 
 /// One timer slot, shared between the producers, cancellers and the reaper: its control
 /// words, and its body (through `Deref`), which live apart in their chunk (see `chunk`).
@@ -214,6 +200,19 @@ impl<'a, T> Slot<'a, T> {
 }
 
 impl<T> Body<T> {
+    /// A fresh body: every field zero, as in a chunk from `new_chunk` outside loom. The
+    /// links are written before they are read (by the pushes that chain the slot).
+    #[cfg(loom)]
+    fn new() -> Self {
+        Body {
+            deadline: AtomicU64::new(0),
+            link: AtomicU32::new(0),
+            wheel_prev: AtomicU32::new(0),
+            payload: UnsafeCell::new(MaybeUninit::uninit()),
+            freed: UnsafeCell::new(false),
+        }
+    }
+
     /// Its previous link in the reaper's wheel, `NIL` when it is not in the wheel. Reaper
     /// only.
     pub(crate) fn wheel_prev(&self) -> u32 {
