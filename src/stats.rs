@@ -126,6 +126,12 @@ pub struct Counts {
     /// core awake or overdue. Steady growth means producers outrun the reapers: the cores
     /// are saturated.
     pub yielded: u64,
+    /// Passes another shard's reaper made for this shard's, which was more than 2 ms past
+    /// the time it planned to wake, or was woken for, without starting its pass (its core
+    /// taken by the hypervisor or a real-time task, say): see [`Timer`]'s "Hand-over".
+    /// Such a pass fires what is due on the other reaper's thread. Frequent rescues mean
+    /// the reapers' cores are often taken from them.
+    pub rescued: u64,
     /// Timer slots the shards hold, pending or free: their memory, which grows with the
     /// most timers pending at once and falls back after a spike (see [`Timer`]'s
     /// "Memory").
@@ -143,7 +149,7 @@ impl Counts {
     /// assert_eq!(named[0], ("scheduled", 0));
     /// assert!(named.iter().any(|&(name, _)| name == "pending"));
     /// ```
-    pub fn named(&self) -> [(&'static str, u64); 10] {
+    pub fn named(&self) -> [(&'static str, u64); 11] {
         [
             ("scheduled", self.scheduled),
             ("cancelled", self.cancelled),
@@ -154,6 +160,7 @@ impl Counts {
             ("cascaded", self.cascaded),
             ("passes", self.passes),
             ("yielded", self.yielded),
+            ("rescued", self.rescued),
             ("slots", self.slots),
         ]
     }
@@ -183,6 +190,7 @@ impl AddAssign for Counts {
         self.cascaded += other.cascaded;
         self.passes += other.passes;
         self.yielded += other.yielded;
+        self.rescued += other.rescued;
         self.slots += other.slots;
     }
 }
@@ -365,6 +373,7 @@ impl fmt::Debug for Stats {
             .field("pending", &self.pending)
             .field("cascaded", &self.cascaded)
             .field("passes", &self.passes)
+            .field("rescued", &self.rescued)
             .field("lateness_p99", &self.lateness(0.99))
             .finish()
     }
@@ -375,7 +384,7 @@ impl fmt::Display for Stats {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "scheduled {} fired {} cancelled {} reset {} pending {} panicked {} cascaded {} passes {} slots {}",
+            "scheduled {} fired {} cancelled {} reset {} pending {} panicked {} cascaded {} passes {} rescued {} slots {}",
             self.scheduled,
             self.fired,
             self.cancelled,
@@ -384,6 +393,7 @@ impl fmt::Display for Stats {
             self.panicked,
             self.cascaded,
             self.passes,
+            self.rescued,
             self.slots
         )?;
         write!(f, "lateness")?;

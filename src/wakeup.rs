@@ -36,6 +36,10 @@ const AWAKE: u64 = 0;
 #[derive(Debug)]
 pub(crate) struct Wakeup {
     plan: AtomicU64,
+    /// The earliest deadline a producer unparked the reaper for since it last planned a
+    /// sleep or woke (`u64::MAX`: none): when a reaper it woke should have been at work at
+    /// the latest. A hint for `overdue`, outside the handshake.
+    asked: AtomicU64,
     /// The reaper will wake within the tidy interval anyway: cancels need not wake it.
     tidying: AtomicBool,
     /// A reset's change may be waiting: the reaper takes it before it sleeps (module doc).
@@ -47,6 +51,7 @@ impl Wakeup {
     pub(crate) fn new() -> Self {
         Wakeup {
             plan: AtomicU64::new(AWAKE),
+            asked: AtomicU64::new(u64::MAX),
             tidying: AtomicBool::new(false),
             urgent: AtomicBool::new(false),
             reaper: SetOnce::new(),
@@ -64,6 +69,8 @@ impl Wakeup {
         // Relaxed: being awake is only ever a reason *not* to unpark; a producer that still
         // sees the old plan merely unparks a thread that is running, which is harmless.
         self.plan.store(AWAKE, Ordering::Relaxed);
+        // Relaxed: a hint (see `overdue`).
+        self.asked.store(u64::MAX, Ordering::Relaxed);
     }
 
     /// The reaper plans to sleep until `wake_at` (nanoseconds since the start; `u64::MAX`:
@@ -73,6 +80,7 @@ impl Wakeup {
         // Relaxed stores, then the SeqCst fence: it orders them before the inbox check.
         self.tidying.store(tidying, Ordering::Relaxed);
         self.plan.store(wake_at.max(AWAKE + 1), Ordering::Relaxed);
+        self.asked.store(u64::MAX, Ordering::Relaxed);
         fence(Ordering::SeqCst);
     }
 
@@ -82,7 +90,7 @@ impl Wakeup {
         // The fence orders the push before the load of the plan (module doc).
         fence(Ordering::SeqCst);
         if deadline < self.plan.load(Ordering::Relaxed) {
-            self.wake();
+            self.wake_for(deadline);
         }
     }
 
@@ -110,6 +118,20 @@ impl Wakeup {
     pub(crate) fn may_leave_changes(&self, tidying: bool) -> bool {
         // Relaxed: ordered by the fences (module doc).
         tidying && !self.urgent.load(Ordering::Relaxed)
+    }
+
+    /// Whether the reaper was due at work more than `grace` nanoseconds before `elapsed`
+    /// (nanoseconds since the start), at the time it planned to wake or at a deadline a
+    /// producer unparked it for, and has not started a pass since: held up (see
+    /// `shard::rescue`).
+    pub(crate) fn overdue(&self, elapsed: u64, grace: u64) -> bool {
+        // Relaxed: hints; the rescuer's lock on the wheel decides, and a rescue of a
+        // reaper that was only slow is one pass made by another thread. An `asked` that
+        // lands after the reaper planned its sleep comes with an unpark, so it stays only
+        // while the reaper does not run.
+        let plan = self.plan.load(Ordering::Relaxed);
+        let asked = self.asked.load(Ordering::Relaxed);
+        plan != AWAKE && plan.min(asked).saturating_add(grace) < elapsed
     }
 
     /// Whether the reaper, as last seen, plans to sleep past `deadline`: a producer about
@@ -188,6 +210,14 @@ impl Wakeup {
         }
         thread::yield_now();
         true
+    }
+
+    /// Unparks the reaper for work due at `deadline` (nanoseconds since the start), and
+    /// notes that it should be at work by then (see `overdue`).
+    pub(crate) fn wake_for(&self, deadline: u64) {
+        // Relaxed: a hint (see `overdue`).
+        self.asked.fetch_min(deadline, Ordering::Relaxed);
+        self.wake();
     }
 
     /// Unparks the reaper (if it has registered; before that it has not slept either).

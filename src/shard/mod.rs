@@ -19,13 +19,15 @@
 //! producers make no system call at all.
 //!
 //! The reaper's passes (`reaper`), its wheel over the slots (`filing`), the stages' side
-//! (`staged`) and the shutdown's wind-up (`wind_up`) have modules of their own.
+//! (`staged`), the rescue of a sibling's held-up reaper (`rescue`) and the shutdown's
+//! wind-up (`wind_up`) have modules of their own.
 
 mod early;
 mod filing;
 mod nap;
 mod pace;
 mod reaper;
+mod rescue;
 mod staged;
 #[cfg(test)]
 mod tests;
@@ -34,6 +36,7 @@ mod wind_up;
 
 use crate::bound::Bound;
 use crate::clock;
+use crate::due::Due;
 use crate::inbox::{Closed, Inbox};
 use crate::observe;
 use crate::slots::{
@@ -134,6 +137,11 @@ pub struct Shard<T> {
     /// The reaper's counts; see `stats`. (A std lock: it is not part of any protocol the
     /// loom models check, and the reaper never holds it while user code runs.)
     stats: Mutex<ShardStats>,
+    /// The reaper's wheel, from the start of its thread to its wind-up: the reaper holds
+    /// it while awake, and a sibling's reaper while it rescues this shard (see `rescue`).
+    /// (A std lock, as `stats`: whoever holds it is the shard's reaper for that while,
+    /// which is all the loom models' reaper side assumes.)
+    reaping: Mutex<Option<Due>>,
 }
 
 /// What producers count, on one cache line of their own: threads with a stage count their
@@ -182,6 +190,7 @@ impl<T> Shard<T> {
             out: AtomicU64::new(0),
             registry: sync::Mutex::new(Registry::default()),
             news: AtomicBool::new(false),
+            reaping: Mutex::new(None),
         }
     }
 
@@ -236,6 +245,11 @@ impl<T> Shard<T> {
             None => drop(self.counts.cancelled.fetch_add(1, Ordering::Relaxed)),
         }
         self.discharge();
+    }
+
+    /// Counts a pass a sibling's reaper made for this shard's (see `rescue`).
+    fn count_rescue(&self) {
+        self.reaper_stats().rescued += 1;
     }
 
     /// Counts a timer fired or handed back, and gives its place under the bound back.
@@ -295,6 +309,12 @@ impl<T> Shard<T> {
         counts.pending = self.pending();
         counts.panicked = self.panicked();
         counts.slots = u64::from(self.slots.claimed());
+    }
+
+    /// The reaper's wheel (see `reaping`), locked. A panic while it was held can only
+    /// have been the engine's own bug; the wheel stays as that pass left it.
+    fn wheel(&self) -> MutexGuard<'_, Option<Due>> {
+        self.reaping.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     fn reaper_stats(&self) -> MutexGuard<'_, ShardStats> {

@@ -17,13 +17,26 @@ use std::time::Duration;
 
 impl<T> Shard<T> {
     /// The reaper: runs until `stop`, calling `handler` for every timer that comes due, and
-    /// returns the payloads of the timers still pending then.
-    pub(crate) fn run(&self, clock: &Clock, handler: &(dyn Fn(T) + Sync)) -> Vec<T> {
+    /// returns the payloads of the timers still pending then. `siblings`, the timer's
+    /// shards (this one among them), are those it rescues when their reapers are held up
+    /// (see `rescue`).
+    pub(crate) fn run(
+        &self,
+        siblings: &[Shard<T>],
+        clock: &Clock,
+        handler: &(dyn Fn(T) + Sync),
+    ) -> Vec<T>
+    where
+        T: Send,
+    {
         self.register_reaper();
-        let mut due = Due::new();
+        *self.wheel() = Some(Due::new());
         let mut early = EarlyWake::new(self.wake_early);
         let mut naps = Naps::default();
         loop {
+            // Its own wheel, held until it parks: a sibling may rescue it only meanwhile.
+            let mut held = self.wheel();
+            let due = held.as_mut().expect("only the wind-up takes the reaper's wheel");
             // Looked at before the pass, so that the last pass starts after the stop and
             // fires what was due by then (a drain counts on it). Relaxed: the flag carries
             // no data; `may_sleep` orders the last look.
@@ -32,14 +45,15 @@ impl<T> Shard<T> {
             // While cancels keep coming, the reaper wakes every `TIDY_INTERVAL` to free
             // them in batches, and cancellers leave it be; once a pass finds none, it
             // sleeps until its next deadline, and the next cancel wakes it.
-            let tidying = self.pass(&mut due, now, &|| clock.elapsed(), handler);
+            let tidying = self.pass(due, now, &|| clock.elapsed(), handler);
             if stopping {
                 break;
             }
             if due.wheel.next_deadline().is_some_and(|tick| tick <= now) {
                 continue;
             }
-            let wake_at = [self.wake_target(&due), self.next_staged(&due)]
+            let rescue_at = self.rescue(siblings, clock, handler);
+            let wake_at = [self.wake_target(due), self.next_staged(due), rescue_at]
                 .into_iter()
                 .flatten()
                 .min();
@@ -59,7 +73,7 @@ impl<T> Shard<T> {
             let early_lead = early.spin_lead(elapsed);
             let spin = self.spin_nanos + early_lead;
             if let Some(at) = wake_at.filter(|at| nap.is_none() && at - elapsed <= spin) {
-                let stopped = self.spin_until(&due, at, clock);
+                let stopped = self.spin_until(due, at, clock);
                 if early_lead > 0 {
                     early.spent(stopped.saturating_sub(elapsed));
                 }
@@ -75,7 +89,9 @@ impl<T> Shard<T> {
             };
             let horizon = elapsed.saturating_add(clock::nanos(interval));
             let plan = nap.or(wake_at).map_or(horizon, |at| at.min(horizon));
-            if self.may_sleep(&due, plan, tidying) {
+            if self.may_sleep(due, plan, tidying) {
+                // Asleep, the wheel is its siblings' to rescue.
+                drop(held);
                 // Before a deadline, wake early by the spin asked for and by the OS's
                 // usual lateness, and spin the rest (above); a sleep until the horizon
                 // or a nap's end has nothing to be early for.
@@ -89,12 +105,13 @@ impl<T> Shard<T> {
                 }
             }
         }
+        let mut due = self.wheel().take().expect("the reaper's own wheel");
         self.wind_up(&mut due)
     }
 
     /// When the reaper next has work in its wheel: the start of the next due tick, or the
     /// earliest exact deadline held (nanoseconds since the start).
-    fn wake_target(&self, due: &Due) -> Option<u64> {
+    pub(super) fn wake_target(&self, due: &Due) -> Option<u64> {
         let next_tick = due
             .wheel
             .next_deadline()
@@ -139,6 +156,18 @@ impl<T> Shard<T> {
         handler: &(dyn Fn(T) + Sync),
     ) -> bool {
         self.wakeup.awake();
+        self.take_in_and_fire(due, now, elapsed, handler)
+    }
+
+    /// A pass's work (see `pass`), without telling producers the reaper is awake: a rescue
+    /// (see `rescue`) runs it for a reaper that is not.
+    pub(super) fn take_in_and_fire(
+        &self,
+        due: &mut Due,
+        now: u64,
+        elapsed: &dyn Fn() -> u64,
+        handler: &(dyn Fn(T) + Sync),
+    ) -> bool {
         let mut freed = std::mem::take(&mut due.freed);
         // What is due already fires first, and again after every batch of messages: a
         // long backlog (the reaper fell behind) must not hold up timers already in the

@@ -111,7 +111,7 @@ impl<T> Shard<T> {
         // handshake (the reaper wakes for it, and collects the whole stage then, or its
         // owner handed it over and the stage was empty).
         if earliest.is_none_or(|min| deadline < min) && self.wakeup.sleeps_past(deadline) {
-            self.hand_over_to_sleeper(stage);
+            self.hand_over_to_sleeper(stage, deadline);
         }
         stage.count_scheduled();
         Ok((index, generation))
@@ -176,18 +176,18 @@ impl<T> Shard<T> {
         Err(Refused::Full(payload))
     }
 
-    /// The owner staged a timer the reaper plans to sleep past: hands its stage over and
-    /// wakes the reaper.
+    /// The owner staged a timer due at `deadline` that the reaper plans to sleep past:
+    /// hands its stage over and wakes the reaper.
     #[cold]
     #[inline(never)]
-    fn hand_over_to_sleeper(&self, stage: &Stage) {
+    fn hand_over_to_sleeper(&self, stage: &Stage, deadline: u64) {
         if stage.try_own() {
             self.hand_over(stage);
             self.leave(stage);
         }
         // Otherwise the reaper took the stage after this timer was staged in it: it has
         // it, and may be about to sleep past it.
-        self.wakeup.wake();
+        self.wakeup.wake_for(deadline);
     }
 
     /// The owner gives its stage back, handing its timers over first if the reaper asked

@@ -368,7 +368,7 @@ impl Builder {
                     // so on this reaper's own shard, and takes no producer's turn.
                     scheduler::keep_to_shard(index);
                     observe::reaper_started(index);
-                    let unfired = shards[index].run(&clock, &*handler);
+                    let unfired = shards[index].run(&shards, &clock, &*handler);
                     observe::reaper_stopped(index, unfired.len());
                     unfired
                 });

@@ -56,8 +56,9 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// `Timer<T>`, made by [`Builder::build_with`], carries a payload `T` per timer instead and
 /// runs one handler for all of them; [`insert`](Self::insert) schedules one.
 ///
-/// Callbacks run on the shard's reaper thread, one after another: a slow callback delays
-/// the shard's other timers (hand long work to an executor or a channel from the callback).
+/// Callbacks run on the shard's reaper thread, one after another (or, while that thread
+/// is held up, on another shard's reaper: see "Hand-over"): a slow callback delays the
+/// shard's other timers (hand long work to an executor or a channel from the callback).
 /// A callback that panics is caught and counted ([`panicked`](Self::panicked)); the shard
 /// goes on.
 ///
@@ -86,6 +87,17 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// with thousands of timers or cancels waiting, yields too, wherever the reaper runs
 /// (the yield returns at once if nothing else waits for the core). A reaper never yields
 /// to itself. [`Counts::yielded`](crate::Counts::yielded) counts the yields.
+///
+/// A core can also be taken from every thread on it: the hypervisor runs another guest on
+/// the virtual CPU, or a real-time task takes it. A reaper that wakes for its own work
+/// looks at the other shards too, and one whose reaper is more than 2 ms past the time it
+/// planned to wake, or was woken for, without starting its pass, it rescues: it makes
+/// that shard's pass itself,
+/// fires what is due (the callbacks run on the rescuing reaper's thread), and comes back
+/// every millisecond until the held-up reaper is back. A reaper stopped in the middle of
+/// its own pass cannot be rescued (the pass holds its wheel), and a timer with a single
+/// shard has no other reaper to rescue it. [`Counts::rescued`](crate::Counts::rescued)
+/// counts the rescues.
 ///
 /// # Shutdown
 ///

@@ -1,0 +1,236 @@
+//! Rescue: a reaper runs the pass of a sibling shard whose own reaper is held up.
+//!
+//! A reaper is pinned to its core, and a core can be taken away from everything on it:
+//! the hypervisor runs another guest on the virtual CPU for tens of milliseconds (steal
+//! time), or a real-time task takes it. The shard's timers would then wait for their
+//! reaper, late by as long as the core is gone, while the other cores run on. Nothing in
+//! the guest can tell the reaper apart from a thread that is running: only the time can.
+//!
+//! So each reaper's wheel (its `Due`) sits behind a lock, which the reaper holds from the
+//! moment it wakes until it parks again. Between its own passes, a reaper looks at its
+//! siblings' plans: one that planned to wake more than `RESCUE_AFTER` ago, or that a
+//! producer unparked for a timer due that long ago, and has not started its pass since, is
+//! held up (`Wakeup::overdue`). If its lock is free (the reaper was parked, not stopped
+//! in the middle of a pass, which holds the lock), the rescuer runs its pass: takes in
+//! what its producers handed over and staged, and fires what is due. It then comes back
+//! every `RESCUE_POLL`, or sooner for the sibling's next deadline, for as long as the
+//! sibling's plan stays in the past; the held-up reaper, once back, takes its lock and
+//! goes on as if it had made those passes itself (they are the same passes on the same
+//! wheel, one at a time).
+//!
+//! The rescue pass leaves the sibling's plan as it was, in the past, so that producers
+//! still see its reaper as due to wake rather than asleep: they stage and hand over as
+//! for a reaper about to run, and the rescuer's next look takes their timers. The timers
+//! a rescue pass fires are collected and their callbacks run once the sibling's lock is
+//! let go, on the rescuing reaper's thread: user code never runs holding another shard's
+//! lock (a callback may shut the timer down, which waits for the sibling's reaper, and
+//! that reaper needs its lock to wind up).
+//!
+//! A reaper looks at its siblings when it wakes for its own work; an idle one does not
+//! wake to look. Timers of a held-up shard are rescued as soon as a busy sibling looks:
+//! the case that matters, since a taken core is most often a busy machine's.
+
+use super::Shard;
+use crate::clock::{self, Clock};
+use crate::sync::Ordering;
+use std::sync::{Mutex, PoisonError, TryLockError};
+use std::time::Duration;
+
+/// How long after its planned wake-up a reaper that has not started its pass counts as
+/// held up: well beyond the OS's usual lateness of a wake-up (tens of microseconds) and
+/// the wait of a woken reaper for a core its producers keep busy (a time slice).
+const RESCUE_AFTER: Duration = Duration::from_millis(2);
+
+/// How often a reaper comes back to a sibling it rescued while that one stays held up:
+/// timers handed over to the sibling meanwhile wait this long at most.
+const RESCUE_POLL: Duration = Duration::from_millis(1);
+
+impl<T: Send> Shard<T> {
+    /// Runs the pass of each of `siblings` (the timer's shards; this one is skipped) whose
+    /// reaper is held up (see the module doc), and returns when to look at them again, if
+    /// one was: nanoseconds since the start.
+    pub(super) fn rescue(
+        &self,
+        siblings: &[Shard<T>],
+        clock: &Clock,
+        handler: &(dyn Fn(T) + Sync),
+    ) -> Option<u64> {
+        let mut again = None;
+        for sibling in siblings.iter().filter(|&sibling| !std::ptr::eq(sibling, self)) {
+            if !sibling.wakeup.overdue(clock.elapsed(), clock::nanos(RESCUE_AFTER)) {
+                continue;
+            }
+            let fired = Mutex::new(Vec::new());
+            let next = sibling.rescue_pass(clock, &|payload| {
+                fired
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .push(payload);
+            });
+            for payload in fired.into_inner().unwrap_or_else(PoisonError::into_inner) {
+                sibling.contain(|| handler(payload));
+            }
+            if let Some(next) = next {
+                let look = next.min(clock.elapsed().saturating_add(clock::nanos(RESCUE_POLL)));
+                again = Some(again.map_or(look, |again: u64| again.min(look)));
+            }
+        }
+        again
+    }
+
+    /// A pass of this shard's, for a rescuer, if its reaper's lock is free and it is not
+    /// stopping: `collect` takes the payloads of the timers it fires. Returns when the
+    /// shard next has work (nanoseconds since the start; `u64::MAX` if it has none
+    /// planned), or `None` if it made no pass.
+    fn rescue_pass(&self, clock: &Clock, collect: &(dyn Fn(T) + Sync)) -> Option<u64> {
+        let mut held = match self.reaping.try_lock() {
+            Ok(held) => held,
+            Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+            Err(TryLockError::WouldBlock) => return None,
+        };
+        // Not started, or wound up.
+        let due = held.as_mut()?;
+        // Relaxed: a stopping reaper winds up once it is back; its last pass is its own.
+        if self.stopping.load(Ordering::Relaxed) {
+            return None;
+        }
+        self.take_in_and_fire(due, clock.now(), &|| clock.elapsed(), collect);
+        self.count_rescue();
+        let next = [self.wake_target(due), self.next_staged(due)]
+            .into_iter()
+            .flatten()
+            .min();
+        Some(next.unwrap_or(u64::MAX))
+    }
+}
+
+#[cfg(all(test, target_os = "linux", not(miri)))]
+mod tests {
+    use crate::Timer;
+    use crate::scheduler::keep_to_shard;
+    use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+    use std::sync::mpsc;
+    use std::time::{Duration, Instant};
+
+    /// How long the signal handler below keeps its thread stopped.
+    static STALL_NANOS: AtomicU64 = AtomicU64::new(0);
+
+    /// Stops the thread it runs on for `STALL_NANOS`, as a core taken away does.
+    extern "C" fn stall(_signal: libc::c_int) {
+        let nanos = STALL_NANOS.load(Relaxed);
+        let pause = libc::timespec {
+            tv_sec: (nanos / 1_000_000_000) as libc::time_t,
+            tv_nsec: (nanos % 1_000_000_000) as libc::c_long,
+        };
+        // SAFETY: `nanosleep` is async-signal-safe, and both pointers are valid for the
+        // call (the second may be null).
+        unsafe { libc::nanosleep(&pause, std::ptr::null_mut()) };
+    }
+
+    /// Stops thread `tid` of this process for `pause`, from wherever it is.
+    fn stop_thread(tid: libc::c_long, pause: Duration) {
+        STALL_NANOS.store(pause.as_nanos() as u64, Relaxed);
+        let signal = libc::SIGRTMIN() + 5;
+        // SAFETY: a zeroed `sigaction` is a valid value to fill in; the handler is an
+        // `extern "C" fn(c_int)`, as `sa_sigaction` without `SA_SIGINFO` expects, and it
+        // calls only async-signal-safe functions. `tgkill` names a thread of this process.
+        unsafe {
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = stall as extern "C" fn(libc::c_int) as libc::sighandler_t;
+            action.sa_flags = libc::SA_RESTART;
+            libc::sigemptyset(&mut action.sa_mask);
+            assert_eq!(libc::sigaction(signal, &action, std::ptr::null_mut()), 0);
+            let pid = libc::c_long::from(libc::getpid());
+            assert_eq!(libc::syscall(libc::SYS_tgkill, pid, tid, signal), 0);
+        }
+    }
+
+    fn thread_id() -> libc::c_long {
+        // SAFETY: `gettid` takes no arguments and cannot fail.
+        unsafe { libc::syscall(libc::SYS_gettid) }
+    }
+
+    /// What a test's timers send as they fire: a tag, how long after they were scheduled,
+    /// and the thread they fired on.
+    type Fire = (&'static str, Duration, libc::c_long);
+
+    /// Schedules, on shard `index` of `timer`, a timer due in `delay` that sends `tag` when
+    /// it fires.
+    fn on_shard(
+        timer: &Timer,
+        index: usize,
+        delay: Duration,
+        fired: &mpsc::Sender<Fire>,
+        tag: &'static str,
+    ) {
+        keep_to_shard(index);
+        let fired = fired.clone();
+        let scheduled = Instant::now();
+        timer
+            .schedule(delay, move || {
+                let _ = fired.send((tag, scheduled.elapsed(), thread_id()));
+            })
+            .unwrap();
+    }
+
+    /// A two-shard timer whose shard 1's reaper is stopped for `pause` once it has parked,
+    /// the thread id of that reaper, and where its timers' fires arrive; shard 0 has timers
+    /// every 5 ms for 150 ms, for its reaper to wake and look at its sibling.
+    fn held_up(pause: Duration) -> (Timer, libc::c_long, mpsc::Sender<Fire>, mpsc::Receiver<Fire>) {
+        let timer = Timer::builder().shards(2).build().unwrap();
+        let (fired, fires) = mpsc::channel();
+        on_shard(&timer, 1, Duration::ZERO, &fired, "shard 1's reaper");
+        let (_, _, reaper) = fires.recv().unwrap();
+        // Parked by then: nothing is due for a second.
+        std::thread::sleep(Duration::from_millis(50));
+        stop_thread(reaper, pause);
+        std::thread::sleep(Duration::from_millis(10));
+        for beat in 1..=30 {
+            on_shard(&timer, 0, Duration::from_millis(5 * beat), &fired, "beat");
+        }
+        (timer, reaper, fired, fires)
+    }
+
+    /// Waits for the timer tagged `tag` to fire; when and where it did.
+    fn fire_of(fires: &mpsc::Receiver<Fire>, tag: &str) -> (Duration, libc::c_long) {
+        loop {
+            let (fired, after, by) = fires.recv_timeout(Duration::from_secs(3)).expect("fired");
+            if fired == tag {
+                return (after, by);
+            }
+        }
+    }
+
+    #[test]
+    fn a_sibling_fires_the_timers_of_a_reaper_whose_thread_is_stopped() {
+        let (timer, reaper, fired, fires) = held_up(Duration::from_millis(1_500));
+        on_shard(&timer, 1, Duration::from_millis(20), &fired, "held up");
+        let (after, by) = fire_of(&fires, "held up");
+        assert_ne!(by, reaper, "fired by a sibling's reaper");
+        assert!(after < Duration::from_millis(500), "fired {after:?} after it was scheduled");
+        assert!(timer.shard_counts(1).unwrap().rescued > 0);
+        assert_eq!(timer.shard_counts(0).unwrap().rescued, 0);
+    }
+
+    /// A rescued timer's callback runs once the sibling's wheel is let go: a shutdown from
+    /// it waits for the held-up reaper, which needs its wheel to wind up and hand back
+    /// what its shard still had pending.
+    #[test]
+    fn a_rescued_callback_may_shut_the_timer_down() {
+        let (timer, _, fired, fires) = held_up(Duration::from_millis(300));
+        on_shard(&timer, 1, Duration::from_secs(10), &fired, "pending");
+        let inner = timer.clone();
+        keep_to_shard(1);
+        timer
+            .schedule(Duration::from_millis(5), move || {
+                // Joins shard 1's reaper (not this one, the rescuer, which is running
+                // the callback): its shard's timers come back.
+                let handed_back = inner.shutdown().len();
+                let _ = fired.send(("shut down", Duration::ZERO, handed_back as libc::c_long));
+            })
+            .unwrap();
+        let (_, handed_back) = fire_of(&fires, "shut down");
+        assert_eq!(handed_back, 1, "shard 1's pending timer");
+        assert!(timer.shard_counts(1).unwrap().rescued > 0);
+    }
+}
