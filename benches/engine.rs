@@ -128,6 +128,10 @@ trait Engine: Sync + Sized {
     fn passes(&self) -> Option<u64> {
         None
     }
+    /// Passes its reapers made so far for each other's shards, held up, if it can tell.
+    fn rescued(&self) -> Option<u64> {
+        None
+    }
     /// Stops the engine; the number of pending timers it handed back, if it can tell.
     fn stop(self) -> Option<usize>;
 }
@@ -206,6 +210,10 @@ impl<
 
     fn passes(&self) -> Option<u64> {
         Some(self.0.counts().passes)
+    }
+
+    fn rescued(&self) -> Option<u64> {
+        Some(self.0.counts().rescued)
     }
 
     fn stop(self) -> Option<usize> {

@@ -40,6 +40,10 @@ pub(crate) struct Wakeup {
     /// sleep or woke (`u64::MAX`: none): when a reaper it woke should have been at work at
     /// the latest. A hint for `overdue`, outside the handshake.
     asked: AtomicU64,
+    /// When the reaper plans to wake for work of its own (nanoseconds since the start),
+    /// which may be later than `plan` (a reaper also wakes to watch its siblings): a hint
+    /// for those siblings' `due_by`, so that two reapers do not wake to watch each other.
+    work: AtomicU64,
     /// The reaper will wake within the tidy interval anyway: cancels need not wake it.
     tidying: AtomicBool,
     /// A reset's change may be waiting: the reaper takes it before it sleeps (module doc).
@@ -52,6 +56,7 @@ impl Wakeup {
         Wakeup {
             plan: AtomicU64::new(AWAKE),
             asked: AtomicU64::new(u64::MAX),
+            work: AtomicU64::new(u64::MAX),
             tidying: AtomicBool::new(false),
             urgent: AtomicBool::new(false),
             reaper: SetOnce::new(),
@@ -71,6 +76,13 @@ impl Wakeup {
         self.plan.store(AWAKE, Ordering::Relaxed);
         // Relaxed: a hint (see `overdue`).
         self.asked.store(u64::MAX, Ordering::Relaxed);
+    }
+
+    /// The reaper, about to plan a sleep, will wake for work of its own at `at`
+    /// (nanoseconds since the start) at the latest (see `work`).
+    pub(crate) fn plan_work(&self, at: u64) {
+        // Relaxed: a hint (see `due_by`).
+        self.work.store(at, Ordering::Relaxed);
     }
 
     /// The reaper plans to sleep until `wake_at` (nanoseconds since the start; `u64::MAX`:
@@ -125,13 +137,22 @@ impl Wakeup {
     /// producer unparked it for, and has not started a pass since: held up (see
     /// `shard::rescue`).
     pub(crate) fn overdue(&self, elapsed: u64, grace: u64) -> bool {
+        self.due_by()
+            .is_some_and(|due_by| due_by.saturating_add(grace) < elapsed)
+    }
+
+    /// When the reaper should be at work by, at the latest: the time it planned to wake
+    /// for work of its own, or the deadline a producer unparked it for, if earlier
+    /// (nanoseconds since the start; `u64::MAX` if neither); `None` while it is awake.
+    pub(crate) fn due_by(&self) -> Option<u64> {
         // Relaxed: hints; the rescuer's lock on the wheel decides, and a rescue of a
         // reaper that was only slow is one pass made by another thread. An `asked` that
         // lands after the reaper planned its sleep comes with an unpark, so it stays only
         // while the reaper does not run.
         let plan = self.plan.load(Ordering::Relaxed);
+        let work = self.work.load(Ordering::Relaxed);
         let asked = self.asked.load(Ordering::Relaxed);
-        plan != AWAKE && plan.min(asked).saturating_add(grace) < elapsed
+        (plan != AWAKE).then(|| work.min(asked))
     }
 
     /// Whether the reaper, as last seen, plans to sleep past `deadline`: a producer about

@@ -4,10 +4,18 @@
 //! (`Timer::schedule_at_within`), in the same run: reaper passes (wake-ups, and passes made
 //! without sleeping) and the CPU time not spent by the producers (the reapers'), each per
 //! second of the round, from the timer's counts and `getrusage`.
+//!
+//! With `W3_TAKE_CORE` set (and the rights to a real-time thread: root), W3 runs with the
+//! last CPU taken from everything on it for 20 ms of every 500 ms, as a hypervisor that
+//! runs another guest on a virtual CPU takes it (`W3-taken` in the RESULT lines): the
+//! rescue of a held-up reaper by its sibling against tokio's timers.
 
 use super::{Engine, Probe, Run, Shardwheel, TokioSleep, lateness_fields, take_turns};
 use crate::common::{SplitMix64, median};
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering::Relaxed;
+use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -20,6 +28,9 @@ const W3_RING: usize = 1024;
 /// Timers that time out and run, per implementation over its rounds, that its probe makes
 /// room for beforehand: more than shardwheel's 0.44M at two threads.
 const W3_FIRES: usize = 1_000_000;
+/// With `W3_TAKE_CORE`: how long the real-time thread takes its CPU, and how often.
+const TAKE_FOR: Duration = Duration::from_millis(20);
+const TAKE_EVERY: Duration = Duration::from_millis(500);
 
 /// One W3 round's counts.
 #[derive(Default)]
@@ -40,6 +51,7 @@ struct W3Round {
 struct W3Figures {
     rate: f64,
     passes: Option<u64>,
+    rescued: Option<u64>,
     reaper_cpu: Duration,
     elapsed: Duration,
     steal: Duration,
@@ -51,6 +63,7 @@ struct W3Figures {
 fn w3_measured<E: Engine>(threads: usize, probe: &'static Probe) -> W3Figures {
     let engine = E::start();
     let (passes_before, cpu_before) = (engine.passes(), cpu(libc::RUSAGE_SELF));
+    let rescued_before = engine.rescued();
     let steal_before = host_steal();
     let fired_before = probe.fired.load(Relaxed) + probe.unexpected.load(Relaxed);
     let rounds: Vec<W3Round> = thread::scope(|s| {
@@ -71,6 +84,10 @@ fn w3_measured<E: Engine>(threads: usize, probe: &'static Probe) -> W3Figures {
         .passes()
         .zip(passes_before)
         .map(|(after, before)| after - before);
+    let rescued = engine
+        .rescued()
+        .zip(rescued_before)
+        .map(|(after, before)| after - before);
     if let Some(handed_back) = engine.stop() {
         // The probe counts over all rounds; this engine's reapers have all stopped.
         let fired = probe.fired.load(Relaxed) + probe.unexpected.load(Relaxed) - fired_before;
@@ -85,6 +102,7 @@ fn w3_measured<E: Engine>(threads: usize, probe: &'static Probe) -> W3Figures {
     W3Figures {
         rate: ops as f64 / elapsed.as_secs_f64(),
         passes,
+        rescued,
         reaper_cpu,
         elapsed,
         steal: host_steal().saturating_sub(steal_before),
@@ -130,6 +148,8 @@ fn w3_producer<E: Engine>(engine: &E, thread: usize, probe: &'static Probe) -> W
 }
 
 pub(super) fn w3() {
+    let taken = take_core();
+    let workload = if taken.is_some() { "W3-taken" } else { "W3" };
     type Rounded = Shardwheel<true, false>;
     let runs: [Run<W3Figures>; 4] = [
         (Shardwheel::<true>::NAME, w3_measured::<Shardwheel<true>>),
@@ -148,8 +168,10 @@ pub(super) fn w3() {
         {
             let lateness = probe.sorted_lateness();
             let steal: Duration = figures.iter().map(|f| f.steal).sum();
+            let rescued: Option<u64> = figures.iter().map(|f| f.rescued).sum();
+            let rescued = rescued.map_or(String::new(), |n| format!(" rescued={n}"));
             println!(
-                "RESULT W3 T={threads} {name} ops_per_s={:.0} {} fired={} early={} timed_out={} host_steal_ms={}",
+                "RESULT {workload} T={threads} {name} ops_per_s={:.0} {} fired={} early={} timed_out={} host_steal_ms={}{rescued}",
                 median(rates.clone()),
                 lateness_fields(
                     &lateness,
@@ -163,12 +185,67 @@ pub(super) fn w3() {
         }
         let paired = |a: &[f64], b: &[f64]| median(a.iter().zip(b).map(|(a, b)| a / b).collect());
         println!(
-            "RESULT W3 T={threads} shardwheel vs_tokio-sleep={:.2} lateness_recording_cost_pct={:.1} exact_deadlines_cost_pct={:.1}",
+            "RESULT {workload} T={threads} shardwheel vs_tokio-sleep={:.2} lateness_recording_cost_pct={:.1} exact_deadlines_cost_pct={:.1}",
             paired(&rates[0], &rates[2]),
             100.0 * (1.0 - paired(&rates[0], &rates[1])),
             100.0 * (1.0 - paired(&rates[0], &rates[3])),
         );
     }
+}
+
+/// A real-time thread that takes a CPU from everything else on it for `TAKE_FOR` of every
+/// `TAKE_EVERY`, until dropped (see the module doc).
+struct TakenCore {
+    stop: Arc<AtomicBool>,
+    thread: Option<thread::JoinHandle<()>>,
+}
+
+impl Drop for TakenCore {
+    fn drop(&mut self) {
+        self.stop.store(true, Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// With `W3_TAKE_CORE` set, takes the last CPU (see `TakenCore`), if a real-time thread
+/// is allowed; says which, or why not.
+fn take_core() -> Option<TakenCore> {
+    std::env::var_os("W3_TAKE_CORE")?;
+    let core = *core_affinity::get_core_ids()?.last()?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let (ready, is_ready) = mpsc::channel();
+    let thread = {
+        let stop = Arc::clone(&stop);
+        thread::spawn(move || {
+            let param = libc::sched_param { sched_priority: 50 };
+            // SAFETY: sets the calling thread's (0) policy; `param` is valid for the call.
+            let real_time = core_affinity::set_for_current(core)
+                && unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) } == 0;
+            let _ = ready.send(real_time);
+            while real_time && !stop.load(Relaxed) {
+                thread::sleep(TAKE_EVERY - TAKE_FOR);
+                let start = Instant::now();
+                while start.elapsed() < TAKE_FOR {
+                    std::hint::spin_loop();
+                }
+            }
+        })
+    };
+    if !is_ready.recv().unwrap_or(false) {
+        println!("# W3_TAKE_CORE: no real-time thread allowed (it needs root): no CPU taken");
+        let _ = thread.join();
+        return None;
+    }
+    println!(
+        "# W3_TAKE_CORE: a real-time thread takes CPU {} for {TAKE_FOR:?} of every {TAKE_EVERY:?}",
+        core.id
+    );
+    Some(TakenCore {
+        stop,
+        thread: Some(thread),
+    })
 }
 
 /// CPU time used by `who` (`RUSAGE_SELF`: the process; `RUSAGE_THREAD`: the calling

@@ -88,7 +88,13 @@ impl<T> Shard<T> {
                 (true, true) => SHRINK_INTERVAL,
             };
             let horizon = elapsed.saturating_add(clock::nanos(interval));
-            let plan = nap.or(wake_at).map_or(horizon, |at| at.min(horizon));
+            let work = nap.or(wake_at).map_or(horizon, |at| at.min(horizon));
+            self.wakeup.plan_work(work);
+            // It may wake sooner to watch its siblings (`rescue`): no deadline to be early
+            // for, nor work its siblings should watch it for.
+            let plan = self
+                .watch(siblings, elapsed)
+                .map_or(work, |watch| watch.min(work));
             if self.may_sleep(due, plan, tidying) {
                 // Asleep, the wheel is its siblings' to rescue.
                 drop(held);

@@ -26,9 +26,11 @@
 //! lock (a callback may shut the timer down, which waits for the sibling's reaper, and
 //! that reaper needs its lock to wind up).
 //!
-//! A reaper looks at its siblings when it wakes for its own work; an idle one does not
-//! wake to look. Timers of a held-up shard are rescued as soon as a busy sibling looks:
-//! the case that matters, since a taken core is most often a busy machine's.
+//! A reaper looks at its siblings each time it wakes for its own work, and wakes to look
+//! when a sibling is due at work and it would not wake otherwise: `RESCUE_AFTER` after
+//! the sibling's time, but not sooner than `WATCH_INTERVAL` from its own last look (a
+//! sibling at work counts as due now). So a reaper whose siblings are busy wakes a
+//! hundred times a second at most to watch them, and an idle timer's reapers hardly ever.
 
 use super::Shard;
 use crate::clock::{self, Clock};
@@ -44,6 +46,9 @@ const RESCUE_AFTER: Duration = Duration::from_millis(2);
 /// How often a reaper comes back to a sibling it rescued while that one stays held up:
 /// timers handed over to the sibling meanwhile wait this long at most.
 const RESCUE_POLL: Duration = Duration::from_millis(1);
+
+/// The shortest a reaper sleeps when it wakes only to watch its siblings.
+const WATCH_INTERVAL: Duration = Duration::from_millis(10);
 
 impl<T: Send> Shard<T> {
     /// Runs the pass of each of `siblings` (the timer's shards; this one is skipped) whose
@@ -76,6 +81,21 @@ impl<T: Send> Shard<T> {
             }
         }
         again
+    }
+
+    /// When to wake to look at `siblings` (this one is skipped) again, the time being
+    /// `elapsed` (nanoseconds since the start): see the module doc.
+    pub(super) fn watch(&self, siblings: &[Shard<T>], elapsed: u64) -> Option<u64> {
+        siblings
+            .iter()
+            .filter(|&sibling| !std::ptr::eq(sibling, self))
+            .map(|sibling| sibling.wakeup.due_by().unwrap_or(elapsed))
+            .min()
+            .map(|due_by| {
+                due_by
+                    .saturating_add(clock::nanos(RESCUE_AFTER))
+                    .max(elapsed.saturating_add(clock::nanos(WATCH_INTERVAL)))
+            })
     }
 
     /// A pass of this shard's, for a rescuer, if its reaper's lock is free and it is not
