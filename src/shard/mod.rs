@@ -3,10 +3,11 @@
 //! Producers take a slot, write the payload and deadline, mark it `PENDING` and push it on
 //! the inbox; cancellers and resetters change the slot's state word (see `slots`) and push
 //! it on the list of changes. The reaper is the only thread that touches the shard's
-//! wheel, whose entries are the slots themselves (`filing`): each pass it takes the
-//! changes, then the inbox, links the new timers into the wheel, moves the reset ones,
-//! unlinks and frees the cancelled ones, fires what is due, and parks until the wheel's
-//! next deadline.
+//! wheel (or, while it is held up, a sibling's reaper in its place, holding the wheel's
+//! lock: `rescue`), whose entries are the slots themselves (`filing`): each pass it takes
+//! the changes, then the inbox, links the new timers into the wheel, moves the reset
+//! ones, unlinks and frees the cancelled ones, fires what is due, and parks until the
+//! wheel's next deadline.
 //!
 //! Taking the changes *before* the inbox is what lets a pass trust that every changed slot
 //! it sees has already arrived: a handle only exists once its slot was pushed on the inbox,
