@@ -30,7 +30,8 @@ impl<T: Send + 'static> Timer<T> {
     /// Sets the `metrics` facade's metrics to this timer's counts and lateness, for each
     /// shard, labelled `timer` (with `name`) and `shard` (its index): counters
     /// `shardwheel_scheduled_total`, `_fired_total`, `_cancelled_total`, `_reset_total`,
-    /// `_panicked_total`, `_cascaded_total`, `_passes_total` and `_yielded_total` (each
+    /// `_panicked_total`, `_cascaded_total`, `_passes_total`, `_yielded_total` and
+    /// `_rescued_total` (each
     /// set to the total, see [`Counts`]), gauges `shardwheel_pending` and `shardwheel_slots`, and the gauge
     /// `shardwheel_lateness_seconds` with a `quantile` label (0.5, 0.9, 0.99, 0.999 and
     /// 1, the maximum; see [`Stats::lateness`]).

@@ -117,7 +117,8 @@ pub struct Counts {
     pub pending: usize,
     /// Times a timer moved down a level of a wheel, on its way to fire.
     pub cascaded: u64,
-    /// Reaper passes: wake-ups, plus the passes a busy reaper makes without sleeping.
+    /// Reaper passes: wake-ups, plus the passes a busy reaper makes without sleeping, and
+    /// those another shard's reaper made for this one's while it was held up (`rescued`).
     pub passes: u64,
     /// Times a producer gave this shard's reaper the rest of its time slice (see
     /// [`Timer`]'s "Hand-over"): a [`Timer::schedule`] or [`Timer::cancel`] that found

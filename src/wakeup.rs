@@ -28,6 +28,7 @@
 //! its fence, sleeps with changes waiting only if the flag is down: either it sees the flag
 //! or the resetter sees the plan and wakes it for a deadline earlier than that.
 
+use crate::clock::Clock;
 use crate::sync::{AtomicBool, AtomicU64, Ordering, SetOnce, fence, thread};
 
 /// The plan while the reaper works: no deadline is earlier, so nobody unparks it.
@@ -36,9 +37,10 @@ const AWAKE: u64 = 0;
 #[derive(Debug)]
 pub(crate) struct Wakeup {
     plan: AtomicU64,
-    /// The earliest deadline a producer unparked the reaper for since it last planned a
-    /// sleep or woke (`u64::MAX`: none): when a reaper it woke should have been at work at
-    /// the latest. A hint for `overdue`, outside the handshake.
+    /// The earliest deadline (or the time, if it had passed) a producer unparked the
+    /// reaper for, or pushed work due before `work` for, since it last planned a sleep or
+    /// woke (`u64::MAX`: none): when the reaper should be at work by, at the latest. A
+    /// hint for `overdue`, outside the handshake.
     asked: AtomicU64,
     /// When the reaper plans to wake for work of its own (nanoseconds since the start),
     /// which may be later than `plan` (a reaper also wakes to watch its siblings): a hint
@@ -49,6 +51,8 @@ pub(crate) struct Wakeup {
     /// A reset's change may be waiting: the reaper takes it before it sleeps (module doc).
     urgent: AtomicBool,
     reaper: SetOnce<thread::Thread>,
+    /// The timer's clock, for a deadline that has passed in `asked`; none in the models.
+    clock: Option<Clock>,
 }
 
 impl Wakeup {
@@ -60,7 +64,14 @@ impl Wakeup {
             tidying: AtomicBool::new(false),
             urgent: AtomicBool::new(false),
             reaper: SetOnce::new(),
+            clock: None,
         }
+    }
+
+    /// Reads `clock` for deadlines that have passed (see `asked`).
+    pub(crate) fn with_clock(mut self, clock: Clock) -> Self {
+        self.clock = Some(clock);
+        self
     }
 
     /// The reaper, once, before it first plans to sleep: the thread to unpark. A second
@@ -90,9 +101,10 @@ impl Wakeup {
     /// may then park only if its inboxes are empty (the handshake in the module doc).
     pub(crate) fn plan_sleep(&self, wake_at: u64, tidying: bool) {
         // Relaxed stores, then the SeqCst fence: it orders them before the inbox check.
+        // `asked` first: a producer that sees the new plan notes its deadline after this.
+        self.asked.store(u64::MAX, Ordering::Relaxed);
         self.tidying.store(tidying, Ordering::Relaxed);
         self.plan.store(wake_at.max(AWAKE + 1), Ordering::Relaxed);
-        self.asked.store(u64::MAX, Ordering::Relaxed);
         fence(Ordering::SeqCst);
     }
 
@@ -101,8 +113,11 @@ impl Wakeup {
     pub(crate) fn notify(&self, deadline: u64) {
         // The fence orders the push before the load of the plan (module doc).
         fence(Ordering::SeqCst);
-        if deadline < self.plan.load(Ordering::Relaxed) {
+        let plan = self.plan.load(Ordering::Relaxed);
+        if deadline < plan {
             self.wake_for(deadline);
+        } else if plan != AWAKE {
+            self.note(deadline);
         }
     }
 
@@ -171,7 +186,11 @@ impl Wakeup {
         // The fence orders the stage's hints before the load of the plan, as a push's
         // (module doc).
         fence(Ordering::SeqCst);
-        deadline < self.plan.load(Ordering::Relaxed)
+        let plan = self.plan.load(Ordering::Relaxed);
+        if plan != AWAKE && deadline >= plan {
+            self.note(deadline);
+        }
+        deadline < plan
     }
 
     /// A canceller has pushed the first of a batch: wakes the reaper if it sleeps, and not
@@ -237,8 +256,30 @@ impl Wakeup {
     /// notes that it should be at work by then (see `overdue`).
     pub(crate) fn wake_for(&self, deadline: u64) {
         // Relaxed: a hint (see `overdue`).
-        self.asked.fetch_min(deadline, Ordering::Relaxed);
+        self.asked
+            .fetch_min(self.not_passed(deadline), Ordering::Relaxed);
         self.wake();
+    }
+
+    /// A producer pushed work due at `deadline`, which the sleeping reaper plans to wake
+    /// for without an unpark (it wakes at its plan, if it is not held up): notes it, if it
+    /// is due before the reaper's own work, so that its siblings know when it should be
+    /// at work by (see `asked`).
+    fn note(&self, deadline: u64) {
+        // Relaxed: hints (see `overdue`); the loads spare the write when nothing changes.
+        if deadline < self.work.load(Ordering::Relaxed)
+            && deadline < self.asked.load(Ordering::Relaxed)
+        {
+            self.asked
+                .fetch_min(self.not_passed(deadline), Ordering::Relaxed);
+        }
+    }
+
+    /// `deadline`, or the time if it has passed: a reaper woken for a timer that is
+    /// already due is not held up until some time after it was woken.
+    fn not_passed(&self, deadline: u64) -> u64 {
+        self.clock
+            .map_or(deadline, |clock| deadline.max(clock.elapsed()))
     }
 
     /// Unparks the reaper (if it has registered; before that it has not slept either).
@@ -246,5 +287,47 @@ impl Wakeup {
         if let Some(reaper) = self.reaper.get() {
             reaper.unpark();
         }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::Wakeup;
+    use crate::clock::Clock;
+    use std::time::Duration;
+
+    /// A reaper asleep until 10 (to watch its siblings) with work of its own at 1,000 is
+    /// not unparked for a timer due at 50, but should be at work by then: held up once
+    /// that is 2 past, not only once its own work is.
+    #[test]
+    fn work_pushed_past_the_plan_but_before_the_reapers_own_is_noted() {
+        let wakeup = Wakeup::new();
+        wakeup.plan_work(1_000);
+        wakeup.plan_sleep(10, false);
+        wakeup.notify(50);
+        assert!(!wakeup.overdue(52, 2));
+        assert!(wakeup.overdue(53, 2));
+        // Work due after its own is not the siblings' business.
+        let later = Wakeup::new();
+        later.plan_work(1_000);
+        later.plan_sleep(10, false);
+        later.notify(2_000);
+        assert!(!later.overdue(1_002, 2));
+        assert!(later.overdue(1_003, 2));
+    }
+
+    /// A reaper unparked for a timer already due should be at work some time after it was
+    /// unparked, not after the timer's deadline.
+    #[test]
+    fn a_reaper_woken_for_a_timer_already_due_is_not_held_up_at_once() {
+        let clock = Clock::new(Duration::from_millis(1));
+        let wakeup = Wakeup::new().with_clock(clock);
+        std::thread::sleep(Duration::from_millis(5));
+        wakeup.plan_work(u64::MAX);
+        wakeup.plan_sleep(u64::MAX, false);
+        wakeup.notify(0);
+        let grace = 2_000_000;
+        assert!(!wakeup.overdue(clock.elapsed(), grace));
+        assert!(wakeup.overdue(clock.elapsed() + grace + 1, grace));
     }
 }

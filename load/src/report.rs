@@ -74,11 +74,12 @@ pub fn table(report: &Report) -> String {
         (
             "reapers",
             format!(
-                "{} passes, {} cascades, p99 {} messages taken per pass, {} producer yields",
+                "{} passes, {} cascades, p99 {} messages taken per pass, {} producer yields, {} rescues",
                 stats.passes,
                 stats.cascaded,
                 stats.drained_per_pass(0.99),
-                stats.yielded
+                stats.yielded,
+                stats.rescued
             ),
         ),
         (
@@ -133,6 +134,7 @@ pub fn json(report: &Report) -> Value {
         "handed_back": report.handed_back,
         "passes": stats.passes,
         "yielded": stats.yielded,
+        "rescued": stats.rescued,
         "slots": stats.slots,
         "cascaded": stats.cascaded,
         "cpu_s": report.cpu.as_secs_f64(),

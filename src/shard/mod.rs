@@ -143,6 +143,8 @@ pub struct Shard<T> {
     /// (A std lock, as `stats`: whoever holds it is the shard's reaper for that while,
     /// which is all the loom models' reaper side assumes.)
     reaping: Mutex<Option<Due>>,
+    /// The payloads a rescue pass frees, dropped once the wheel is let go (see `rescue`).
+    deferred: rescue::Deferred<T>,
 }
 
 /// What producers count, on one cache line of their own: threads with a stage count their
@@ -192,7 +194,15 @@ impl<T> Shard<T> {
             registry: sync::Mutex::new(Registry::default()),
             news: AtomicBool::new(false),
             reaping: Mutex::new(None),
+            deferred: rescue::Deferred::default(),
         }
+    }
+
+    /// Reads the timer's `clock` where a producer wakes the reaper for a timer already due
+    /// (see `wakeup`'s `asked`).
+    pub(crate) fn with_clock(mut self, clock: clock::Clock) -> Self {
+        self.wakeup = CachePadded::new(CachePadded::into_inner(self.wakeup).with_clock(clock));
+        self
     }
 
     /// Whether the shard's big chunks of slots go on huge pages (`Builder::huge_pages`).
@@ -246,11 +256,6 @@ impl<T> Shard<T> {
             None => drop(self.counts.cancelled.fetch_add(1, Ordering::Relaxed)),
         }
         self.discharge();
-    }
-
-    /// Counts a pass a sibling's reaper made for this shard's (see `rescue`).
-    fn count_rescue(&self) {
-        self.reaper_stats().rescued += 1;
     }
 
     /// Counts a timer fired or handed back, and gives its place under the bound back.
@@ -310,12 +315,6 @@ impl<T> Shard<T> {
         counts.pending = self.pending();
         counts.panicked = self.panicked();
         counts.slots = u64::from(self.slots.claimed());
-    }
-
-    /// The reaper's wheel (see `reaping`), locked. A panic while it was held can only
-    /// have been the engine's own bug; the wheel stays as that pass left it.
-    fn wheel(&self) -> MutexGuard<'_, Option<Due>> {
-        self.reaping.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     fn reaper_stats(&self) -> MutexGuard<'_, ShardStats> {

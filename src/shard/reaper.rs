@@ -407,7 +407,7 @@ impl<T> Shard<T> {
         // Freed before the payload is dropped: a panicking `Drop` must find the slot
         // already free, never leave a moved-out payload behind to be dropped again.
         self.slots.release(index, slot, generation, freed);
-        self.contain(|| drop(payload));
+        self.dispose(payload);
     }
 
     /// Runs user code (a callback, or a payload's `Drop`) so that a panic in it is counted

@@ -22,9 +22,11 @@
 //! still see its reaper as due to wake rather than asleep: they stage and hand over as
 //! for a reaper about to run, and the rescuer's next look takes their timers. The timers
 //! a rescue pass fires are collected and their callbacks run once the sibling's lock is
-//! let go, on the rescuing reaper's thread: user code never runs holding another shard's
-//! lock (a callback may shut the timer down, which waits for the sibling's reaper, and
-//! that reaper needs its lock to wind up).
+//! let go, on the rescuing reaper's thread, and so are the payloads of the cancelled
+//! timers it frees dropped (`Deferred`): user code never runs holding another shard's
+//! lock (a callback or a payload's `Drop` may shut the timer down, which waits for the
+//! sibling's reaper, and that reaper needs its lock to wind up). Their lateness is
+//! recorded as they are claimed, the pass's remaining work before they run.
 //!
 //! A reaper looks at its siblings each time it wakes for its own work, and wakes to look
 //! when a sibling is due at work and it would not wake otherwise: `RESCUE_AFTER` after
@@ -34,8 +36,10 @@
 
 use super::Shard;
 use crate::clock::{self, Clock};
+use crate::due::Due;
 use crate::sync::Ordering;
-use std::sync::{Mutex, PoisonError, TryLockError};
+use std::sync::atomic::AtomicBool;
+use std::sync::{Mutex, MutexGuard, PoisonError, TryLockError};
 use std::time::Duration;
 
 /// How long after its planned wake-up a reaper that has not started its pass counts as
@@ -49,6 +53,47 @@ const RESCUE_POLL: Duration = Duration::from_millis(1);
 
 /// The shortest a reaper sleeps when it wakes only to watch its siblings.
 const WATCH_INTERVAL: Duration = Duration::from_millis(10);
+
+/// The payloads of the cancelled timers a rescue pass frees, dropped once the sibling's
+/// wheel is let go (see the module doc).
+pub(super) struct Deferred<T> {
+    /// A rescue pass is under way. Written and read only by whoever holds the wheel's
+    /// lock, which orders those accesses: Relaxed, and std's atomic (no loom model runs
+    /// a rescue).
+    rescuing: AtomicBool,
+    drops: Mutex<Vec<T>>,
+}
+
+impl<T> Default for Deferred<T> {
+    fn default() -> Self {
+        Deferred {
+            rescuing: AtomicBool::new(false),
+            drops: Mutex::new(Vec::new()),
+        }
+    }
+}
+
+impl<T> Shard<T> {
+    /// The reaper's wheel (see `reaping`), locked. A panic while it was held can only
+    /// have been the engine's own bug; the wheel stays as that pass left it.
+    pub(super) fn wheel(&self) -> MutexGuard<'_, Option<Due>> {
+        self.reaping.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Drops the payload of a cancelled timer the wheel's holder freed: at once, or, in a
+    /// rescue pass, once the pass has let the wheel go.
+    pub(super) fn dispose(&self, payload: T) {
+        if self.deferred.rescuing.load(Ordering::Relaxed) {
+            self.deferred
+                .drops
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(payload);
+        } else {
+            self.contain(|| drop(payload));
+        }
+    }
+}
 
 impl<T: Send> Shard<T> {
     /// Runs the pass of each of `siblings` (the timer's shards; this one is skipped) whose
@@ -74,6 +119,16 @@ impl<T: Send> Shard<T> {
             });
             for payload in fired.into_inner().unwrap_or_else(PoisonError::into_inner) {
                 sibling.contain(|| handler(payload));
+            }
+            let dropped = std::mem::take(
+                &mut *sibling
+                    .deferred
+                    .drops
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner),
+            );
+            for payload in dropped {
+                sibling.contain(|| drop(payload));
             }
             if let Some(next) = next {
                 let look = next.min(clock.elapsed().saturating_add(clock::nanos(RESCUE_POLL)));
@@ -114,8 +169,10 @@ impl<T: Send> Shard<T> {
         if self.stopping.load(Ordering::Relaxed) {
             return None;
         }
+        self.deferred.rescuing.store(true, Ordering::Relaxed);
         self.take_in_and_fire(due, clock.now(), &|| clock.elapsed(), collect);
-        self.count_rescue();
+        self.deferred.rescuing.store(false, Ordering::Relaxed);
+        self.reaper_stats().rescued += 1;
         let next = [self.wake_target(due), self.next_staged(due)]
             .into_iter()
             .flatten()
@@ -251,6 +308,44 @@ mod tests {
             .unwrap();
         let (_, handed_back) = fire_of(&fires, "shut down");
         assert_eq!(handed_back, 1, "shard 1's pending timer");
+        assert!(timer.shard_counts(1).unwrap().rescued > 0);
+    }
+    /// A payload whose drop shuts its timer down.
+    struct ShutsDownOnDrop(Timer, mpsc::Sender<Fire>);
+
+    impl Drop for ShutsDownOnDrop {
+        fn drop(&mut self) {
+            let handed_back = self.0.shutdown().len();
+            let _ = self.1.send(("dropped", Duration::ZERO, handed_back as libc::c_long));
+        }
+    }
+
+    /// A rescue pass drops the payloads of the cancelled timers it frees once the sibling's
+    /// wheel is let go: a drop that shuts the timer down waits for the held-up reaper,
+    /// which needs its wheel to wind up.
+    #[test]
+    fn a_payload_dropped_by_a_rescue_may_shut_the_timer_down() {
+        let timer = Timer::builder().shards(2).build().unwrap();
+        let (fired, fires) = mpsc::channel();
+        on_shard(&timer, 1, Duration::ZERO, &fired, "shard 1's reaper");
+        let (_, _, reaper) = fires.recv().unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        keep_to_shard(1);
+        let payload = ShutsDownOnDrop(timer.clone(), fired.clone());
+        // Due before the idle reaper's plan (a second): handed over to its wheel.
+        let handle = timer
+            .schedule(Duration::from_millis(800), move || drop(payload))
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        stop_thread(reaper, Duration::from_millis(300));
+        std::thread::sleep(Duration::from_millis(5));
+        // Its change waits for the held-up reaper, or for a rescue pass.
+        assert!(timer.cancel(handle));
+        on_shard(&timer, 1, Duration::from_millis(1), &fired, "due at once");
+        for beat in 1..=60 {
+            on_shard(&timer, 0, Duration::from_millis(5 * beat), &fired, "beat");
+        }
+        fire_of(&fires, "dropped");
         assert!(timer.shard_counts(1).unwrap().rescued > 0);
     }
 }

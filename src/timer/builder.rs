@@ -335,6 +335,7 @@ impl Builder {
                 .with_wake_early(self.wake_early)
                 .with_huge_pages(self.huge_pages)
                 .with_reapers_by_cpu(Arc::clone(&reapers_by_cpu))
+                .with_clock(clock)
             })
             .collect();
         let id = take_id(&NEXT_TIMER_ID).ok_or(BuildError::Ids)?;
