@@ -185,8 +185,8 @@ impl<T: Send> Shard<T> {
 mod tests {
     use crate::Timer;
     use crate::scheduler::keep_to_shard;
-    use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-    use std::sync::mpsc;
+    use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+    use std::sync::{Arc, mpsc};
     use std::time::{Duration, Instant};
 
     /// How long the signal handler below keeps its thread stopped.
@@ -347,5 +347,101 @@ mod tests {
         }
         fire_of(&fires, "dropped");
         assert!(timer.shard_counts(1).unwrap().rescued > 0);
+    }
+
+    /// What became of each timer of the test below: runs of its callback, drops of its
+    /// payload.
+    struct Tally {
+        runs: Vec<AtomicU32>,
+        drops: Vec<AtomicU32>,
+    }
+
+    /// Timer `.1`'s payload, which counts its drop.
+    struct Token(Arc<Tally>, usize);
+
+    impl Drop for Token {
+        fn drop(&mut self) {
+            self.0.drops[self.1].fetch_add(1, Relaxed);
+        }
+    }
+
+    /// Two producers schedule timers on both shards and cancel half of them a while later,
+    /// once most have been handed over, while shard 1's reaper is stopped four times: each
+    /// timer runs at most once, a cancelled one never, and every payload is dropped once
+    /// (run, cancelled, or handed back at shutdown), whichever reaper's pass took it.
+    #[test]
+    fn every_timer_ends_once_across_rescues() {
+        const TIMERS: usize = 20_000;
+        const LAG: usize = 64;
+        let timer = Timer::builder().shards(2).build().unwrap();
+        let (fired, fires) = mpsc::channel();
+        on_shard(&timer, 1, Duration::ZERO, &fired, "shard 1's reaper");
+        let (_, _, reaper) = fires.recv().unwrap();
+        let counters = || (0..TIMERS).map(|_| AtomicU32::new(0)).collect();
+        let tally = Arc::new(Tally {
+            runs: counters(),
+            drops: counters(),
+        });
+        let cancelled: Vec<usize> = std::thread::scope(|s| {
+            let producers: Vec<_> = (0..2)
+                .map(|producer| {
+                    let (timer, tally) = (&timer, &tally);
+                    s.spawn(move || {
+                        keep_to_shard(producer);
+                        let mut random = 0x9e37_79b9_7f4a_7c15_u64 ^ producer as u64;
+                        let mut handles = std::collections::VecDeque::new();
+                        let mut cancelled = Vec::new();
+                        for n in 0..TIMERS / 2 {
+                            let id = producer * TIMERS / 2 + n;
+                            random ^= random << 13;
+                            random ^= random >> 7;
+                            random ^= random << 17;
+                            let token = Token(Arc::clone(tally), id);
+                            let delay = Duration::from_micros(random % 30_000);
+                            let handle = timer
+                                .schedule(delay, move || {
+                                    token.0.runs[token.1].fetch_add(1, Relaxed);
+                                })
+                                .unwrap();
+                            handles.push_back((id, handle, random.is_multiple_of(2)));
+                            if handles.len() > LAG {
+                                let (id, handle, cancel) = handles.pop_front().unwrap();
+                                if cancel && timer.cancel(handle) {
+                                    cancelled.push(id);
+                                }
+                            }
+                            if n.is_multiple_of(50) {
+                                std::thread::sleep(Duration::from_millis(1));
+                            }
+                        }
+                        cancelled
+                    })
+                })
+                .collect();
+            for _ in 0..4 {
+                std::thread::sleep(Duration::from_millis(20));
+                stop_thread(reaper, Duration::from_millis(30));
+                std::thread::sleep(Duration::from_millis(30));
+            }
+            producers
+                .into_iter()
+                .flat_map(|producer| producer.join().unwrap())
+                .collect()
+        });
+        // Everything due has come due, and shard 1's reaper is back.
+        std::thread::sleep(Duration::from_millis(100));
+        let rescued = timer.shard_counts(1).unwrap().rescued;
+        let handed_back = timer.shutdown().len();
+        drop(timer);
+        let runs: u32 = tally.runs.iter().map(|runs| runs.load(Relaxed)).sum();
+        assert_eq!(runs as usize + cancelled.len() + handed_back, TIMERS);
+        for id in 0..TIMERS {
+            assert!(tally.runs[id].load(Relaxed) <= 1, "timer {id} ran twice");
+            assert_eq!(tally.drops[id].load(Relaxed), 1, "timer {id}'s payload");
+        }
+        for &id in &cancelled {
+            assert_eq!(tally.runs[id].load(Relaxed), 0, "timer {id} ran, cancelled");
+        }
+        assert!(rescued > 0);
     }
 }
