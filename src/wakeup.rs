@@ -255,9 +255,7 @@ impl Wakeup {
     /// Unparks the reaper for work due at `deadline` (nanoseconds since the start), and
     /// notes that it should be at work by then (see `overdue`).
     pub(crate) fn wake_for(&self, deadline: u64) {
-        // Relaxed: a hint (see `overdue`).
-        self.asked
-            .fetch_min(self.not_passed(deadline), Ordering::Relaxed);
+        self.ask(deadline);
         self.wake();
     }
 
@@ -270,16 +268,19 @@ impl Wakeup {
         if deadline < self.work.load(Ordering::Relaxed)
             && deadline < self.asked.load(Ordering::Relaxed)
         {
-            self.asked
-                .fetch_min(self.not_passed(deadline), Ordering::Relaxed);
+            self.ask(deadline);
         }
     }
 
-    /// `deadline`, or the time if it has passed: a reaper woken for a timer that is
-    /// already due is not held up until some time after it was woken.
-    fn not_passed(&self, deadline: u64) -> u64 {
-        self.clock
-            .map_or(deadline, |clock| deadline.max(clock.elapsed()))
+    /// Notes that the reaper should be at work by `deadline`, or by now if that has
+    /// passed: a reaper woken for a timer already due is not held up until some time
+    /// after it was woken.
+    fn ask(&self, deadline: u64) {
+        let by = self
+            .clock
+            .map_or(deadline, |clock| deadline.max(clock.elapsed()));
+        // Relaxed: a hint (see `overdue`).
+        self.asked.fetch_min(by, Ordering::Relaxed);
     }
 
     /// Unparks the reaper (if it has registered; before that it has not slept either).
@@ -299,18 +300,21 @@ mod tests {
     /// A reaper asleep until 10 (to watch its siblings) with work of its own at 1,000 is
     /// not unparked for a timer due at 50, but should be at work by then: held up once
     /// that is 2 past, not only once its own work is.
+    /// A reaper asleep until `plan`, with work of its own at `work`.
+    fn asleep(wakeup: Wakeup, plan: u64, work: u64) -> Wakeup {
+        wakeup.plan_work(work);
+        wakeup.plan_sleep(plan, false);
+        wakeup
+    }
+
     #[test]
     fn work_pushed_past_the_plan_but_before_the_reapers_own_is_noted() {
-        let wakeup = Wakeup::new();
-        wakeup.plan_work(1_000);
-        wakeup.plan_sleep(10, false);
+        let wakeup = asleep(Wakeup::new(), 10, 1_000);
         wakeup.notify(50);
         assert!(!wakeup.overdue(52, 2));
         assert!(wakeup.overdue(53, 2));
         // Work due after its own is not the siblings' business.
-        let later = Wakeup::new();
-        later.plan_work(1_000);
-        later.plan_sleep(10, false);
+        let later = asleep(Wakeup::new(), 10, 1_000);
         later.notify(2_000);
         assert!(!later.overdue(1_002, 2));
         assert!(later.overdue(1_003, 2));
@@ -321,10 +325,8 @@ mod tests {
     #[test]
     fn a_reaper_woken_for_a_timer_already_due_is_not_held_up_at_once() {
         let clock = Clock::new(Duration::from_millis(1));
-        let wakeup = Wakeup::new().with_clock(clock);
         std::thread::sleep(Duration::from_millis(5));
-        wakeup.plan_work(u64::MAX);
-        wakeup.plan_sleep(u64::MAX, false);
+        let wakeup = asleep(Wakeup::new().with_clock(clock), u64::MAX, u64::MAX);
         wakeup.notify(0);
         let grace = 2_000_000;
         assert!(!wakeup.overdue(clock.elapsed(), grace));

@@ -54,22 +54,30 @@ const RESCUE_POLL: Duration = Duration::from_millis(1);
 /// The shortest a reaper sleeps when it wakes only to watch its siblings.
 const WATCH_INTERVAL: Duration = Duration::from_millis(10);
 
-/// The payloads of the cancelled timers a rescue pass frees, dropped once the sibling's
-/// wheel is let go (see the module doc).
+/// What a rescue pass leaves for after the sibling's wheel is let go (see the module
+/// doc): the payloads of the timers it fired, whose callbacks then run, and of the
+/// cancelled timers it freed, which are then dropped.
 pub(super) struct Deferred<T> {
     /// A rescue pass is under way. Written and read only by whoever holds the wheel's
     /// lock, which orders those accesses: Relaxed, and std's atomic (no loom model runs
     /// a rescue).
     rescuing: AtomicBool,
-    drops: Mutex<Vec<T>>,
+    /// Fired, and cancelled.
+    payloads: Mutex<(Vec<T>, Vec<T>)>,
 }
 
 impl<T> Default for Deferred<T> {
     fn default() -> Self {
         Deferred {
             rescuing: AtomicBool::new(false),
-            drops: Mutex::new(Vec::new()),
+            payloads: Mutex::new((Vec::new(), Vec::new())),
         }
+    }
+}
+
+impl<T> Deferred<T> {
+    fn payloads(&self) -> MutexGuard<'_, (Vec<T>, Vec<T>)> {
+        self.payloads.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -84,11 +92,7 @@ impl<T> Shard<T> {
     /// rescue pass, once the pass has let the wheel go.
     pub(super) fn dispose(&self, payload: T) {
         if self.deferred.rescuing.load(Ordering::Relaxed) {
-            self.deferred
-                .drops
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .push(payload);
+            self.deferred.payloads().1.push(payload);
         } else {
             self.contain(|| drop(payload));
         }
@@ -110,24 +114,12 @@ impl<T: Send> Shard<T> {
             if !sibling.wakeup.overdue(clock.elapsed(), clock::nanos(RESCUE_AFTER)) {
                 continue;
             }
-            let fired = Mutex::new(Vec::new());
-            let next = sibling.rescue_pass(clock, &|payload| {
-                fired
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .push(payload);
-            });
-            for payload in fired.into_inner().unwrap_or_else(PoisonError::into_inner) {
+            let next = sibling.rescue_pass(clock);
+            let (fired, cancelled) = std::mem::take(&mut *sibling.deferred.payloads());
+            for payload in fired {
                 sibling.contain(|| handler(payload));
             }
-            let dropped = std::mem::take(
-                &mut *sibling
-                    .deferred
-                    .drops
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner),
-            );
-            for payload in dropped {
+            for payload in cancelled {
                 sibling.contain(|| drop(payload));
             }
             if let Some(next) = next {
@@ -154,10 +146,10 @@ impl<T: Send> Shard<T> {
     }
 
     /// A pass of this shard's, for a rescuer, if its reaper's lock is free and it is not
-    /// stopping: `collect` takes the payloads of the timers it fires. Returns when the
-    /// shard next has work (nanoseconds since the start; `u64::MAX` if it has none
-    /// planned), or `None` if it made no pass.
-    fn rescue_pass(&self, clock: &Clock, collect: &(dyn Fn(T) + Sync)) -> Option<u64> {
+    /// stopping; what it fires and frees waits in `deferred`. Returns when the shard next
+    /// has work (nanoseconds since the start; `u64::MAX` if it has none planned), or
+    /// `None` if it made no pass.
+    fn rescue_pass(&self, clock: &Clock) -> Option<u64> {
         let mut held = match self.reaping.try_lock() {
             Ok(held) => held,
             Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
@@ -170,7 +162,8 @@ impl<T: Send> Shard<T> {
             return None;
         }
         self.deferred.rescuing.store(true, Ordering::Relaxed);
-        self.take_in_and_fire(due, clock.now(), &|| clock.elapsed(), collect);
+        let collect = |payload| self.deferred.payloads().0.push(payload);
+        self.take_in_and_fire(due, clock.now(), &|| clock.elapsed(), &collect);
         self.deferred.rescuing.store(false, Ordering::Relaxed);
         self.reaper_stats().rescued += 1;
         let next = [self.wake_target(due), self.next_staged(due)]
