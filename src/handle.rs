@@ -68,95 +68,200 @@ impl std::fmt::Debug for Key {
     }
 }
 
-/// Bits of a handle that name its shard; the timer's id has the other 48 of a `u64`.
+/// Bits of a handle that hold its generation (see `slots::GENERATIONS`).
 #[cfg(feature = "engine")]
-pub(crate) const SHARD_BITS: u32 = 16;
+const GENERATION_BITS: u32 = crate::slots::GENERATIONS.trailing_zeros();
 
-/// Names one timer of a [`Timer`](crate::Timer): the timer, the shard, the slot and the
-/// generation it was issued at.
+/// Bits of a handle that hold its slot and its shard together: the slot takes up to 31
+/// of them (a shard's `slots::MAX_SLOTS`), the shard the rest.
+#[cfg(feature = "engine")]
+const PLACE_BITS: u32 = 64 - GENERATION_BITS;
+
+/// Names one timer of a [`Timer`](crate::Timer): the shard, the slot and the generation it
+/// was issued at, in eight bytes (as small as a pointer, so that a server can keep one per
+/// connection or request at little cost).
 ///
 /// Like a [`Key`], it stays valid until its timer fires or is cancelled; after that
 /// [`Timer::cancel`](crate::Timer::cancel) with it returns false, even once the slot holds
-/// another timer, and so does a handle of another `Timer`: every `Timer` a process builds
-/// has an id of its own, never given again.
+/// another timer: a slot is retired rather than reused once its generations run out, so
+/// no handle ever names a later timer of its own `Timer`.
+///
+/// A handle means something only to the `Timer` that issued it. Using it with another one
+/// is a logic error: memory-safe, never a panic, and almost always rejected. Each `Timer`
+/// scrambles its handles with a key of its own, so another `Timer`'s handle names a slot
+/// and generation of its own only by chance, about once in 2^27 (134 million) uses.
+///
+/// # Examples
+///
+/// ```
+/// use std::sync::atomic::{AtomicU64, Ordering};
+/// use std::time::Duration;
+/// use shardwheel::TimerHandle;
+///
+/// let timer = shardwheel::Timer::builder().shards(1).manual().build().unwrap();
+/// // Kept in an atomic, for whichever thread finishes the request first.
+/// let kept = AtomicU64::new(timer.schedule(Duration::from_secs(5), || {}).unwrap().to_bits());
+/// let handle = TimerHandle::from_bits(kept.load(Ordering::Acquire));
+/// assert!(timer.cancel(handle));
+/// assert!(!timer.cancel(handle)); // stale now
+/// ```
 #[cfg(feature = "engine")]
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
-pub struct TimerHandle {
-    /// The timer's id in the high 48 bits, the shard in the low 16.
-    owner: u64,
-    slot: u32,
-    generation: u32,
-}
+pub struct TimerHandle(u64);
 
 #[cfg(feature = "engine")]
 impl TimerHandle {
-    /// The handle of slot `slot` at `generation` in shard `shard` (below 2^16) of timer
-    /// `timer` (below 2^48).
-    pub(crate) const fn new(timer: u64, shard: u32, slot: u32, generation: u32) -> Self {
-        TimerHandle {
-            owner: (timer << SHARD_BITS) | shard as u64,
-            slot,
-            generation,
-        }
+    /// The handle as a `u64`, to keep in an atomic or send elsewhere.
+    pub const fn to_bits(self) -> u64 {
+        self.0
     }
 
-    pub(crate) const fn timer(self) -> u64 {
-        self.owner >> SHARD_BITS
-    }
-
-    pub(crate) const fn shard(self) -> u32 {
-        (self.owner & ((1 << SHARD_BITS) - 1)) as u32
-    }
-
-    pub(crate) const fn slot(self) -> u32 {
-        self.slot
-    }
-
-    pub(crate) const fn generation(self) -> u32 {
-        self.generation
+    /// Rebuilds a handle from [`to_bits`](Self::to_bits). Any `u64` gives a handle; one
+    /// that the `Timer` it is used with did not issue is rejected, as above.
+    pub const fn from_bits(bits: u64) -> Self {
+        TimerHandle(bits)
     }
 }
 
 #[cfg(feature = "engine")]
 impl std::fmt::Debug for TimerHandle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "TimerHandle({}:{}:{}v{})",
-            self.timer(),
-            self.shard(),
-            self.slot,
-            self.generation
-        )
+        write!(f, "TimerHandle({:#018x})", self.0)
     }
+}
+
+/// How one `Timer` packs its handles: generation in the low `GENERATION_BITS`, then the
+/// slot in `slot_bits`, then the shard, the whole XORed with the timer's key.
+///
+/// A shard's slot numbers take 31 bits (`slots::MAX_SLOTS`) while the shard number fits
+/// the 6 bits left, that is up to 64 shards; a timer with more gives each shard fewer
+/// (`slot_limit`), 2^21 at the most shards, 65,536: 2^37 slots in all, whatever the
+/// count. The key, a bijective mix of the timer's id, makes one timer's handles look like
+/// random bits to another; an id is never given twice.
+#[cfg(feature = "engine")]
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Handles {
+    key: u64,
+    slot_bits: u32,
+}
+
+/// A handle unpacked: where its timer is and the generation it was issued at.
+#[cfg(feature = "engine")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Named {
+    pub(crate) shard: usize,
+    pub(crate) slot: u32,
+    pub(crate) generation: u32,
+}
+
+#[cfg(feature = "engine")]
+impl Handles {
+    /// The packing of timer `id`'s handles, for `shards` shards (1 to 2^16).
+    pub(crate) fn new(id: u64, shards: usize) -> Self {
+        Handles {
+            key: mix(id),
+            slot_bits: Self::slot_limit(shards).trailing_zeros(),
+        }
+    }
+
+    /// How many slots each of a timer's `shards` shards may hold: its slot numbers stay
+    /// below this, a power of two.
+    pub(crate) fn slot_limit(shards: usize) -> u32 {
+        let shard_bits = usize::BITS - (shards.max(1) - 1).leading_zeros();
+        crate::slots::MAX_SLOTS
+            >> (shard_bits + crate::slots::MAX_SLOTS.trailing_zeros()).saturating_sub(PLACE_BITS)
+    }
+
+    /// The handle of slot `slot` (below `slot_limit`) at `generation` (below
+    /// `slots::GENERATIONS`) in shard `shard`.
+    #[inline]
+    pub(crate) fn handle(self, shard: usize, slot: u32, generation: u32) -> TimerHandle {
+        let place = ((shard as u64) << self.slot_bits) | u64::from(slot);
+        TimerHandle(((place << GENERATION_BITS) | u64::from(generation)) ^ self.key)
+    }
+
+    /// What `handle` names, if it is one of this packing's (any other gives a shard,
+    /// slot and generation too, which the timer then rejects, but for chance).
+    #[inline]
+    pub(crate) fn named(self, handle: TimerHandle) -> Named {
+        let bits = handle.0 ^ self.key;
+        let place = bits >> GENERATION_BITS;
+        Named {
+            // At most 64 - GENERATION_BITS = 37 bits: it fits a usize on 64-bit targets,
+            // and on others a shard number past the count is rejected all the same.
+            shard: (place >> self.slot_bits) as usize,
+            slot: (place & ((1 << self.slot_bits) - 1)) as u32,
+            generation: (bits & ((1 << GENERATION_BITS) - 1)) as u32,
+        }
+    }
+}
+
+/// SplitMix64's finaliser: a bijection on `u64` that spreads every bit of `id` over all
+/// 64, so two ids' keys differ in about half their bits.
+#[cfg(feature = "engine")]
+const fn mix(id: u64) -> u64 {
+    let mut z = id.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
 }
 
 #[cfg(test)]
 mod tests {
     use super::Key;
     #[cfg(feature = "engine")]
-    use super::{SHARD_BITS, TimerHandle};
+    use super::{Handles, Named, TimerHandle};
+    #[cfg(feature = "engine")]
+    use crate::slots::GENERATIONS;
     use proptest::prelude::*;
 
     #[cfg(feature = "engine")]
     proptest! {
-        // Timer ids were 32 bits: after 2^32 timers were built, a handle of the first
-        // could name a slot of a later one.
         #[test]
-        fn timer_handles_keep_every_bit_of_the_id_and_shard(
-            timer in 0..1u64 << (64 - SHARD_BITS),
-            shard in 0..1u32 << SHARD_BITS,
-            slot: u32,
-            generation: u32,
+        fn a_timer_reads_back_every_bit_of_its_handles(
+            id: u64,
+            shards in 1..=1usize << 16,
+            shard_seed: usize,
+            slot_seed: u32,
+            generation in 0..GENERATIONS,
         ) {
-            let handle = TimerHandle::new(timer, shard, slot, generation);
-            prop_assert_eq!(handle.timer(), timer);
-            prop_assert_eq!(handle.shard(), shard);
-            prop_assert_eq!(handle.slot(), slot);
-            prop_assert_eq!(handle.generation(), generation);
-            let after_2_32 = TimerHandle::new(timer ^ (1 << 32), shard, slot, generation);
-            prop_assert_ne!(after_2_32, handle);
+            let handles = Handles::new(id, shards);
+            let limit = Handles::slot_limit(shards);
+            let (shard, slot) = (shard_seed % shards, slot_seed % limit);
+            let handle = handles.handle(shard, slot, generation);
+            prop_assert_eq!(handles.named(handle), Named { shard, slot, generation });
+            prop_assert_eq!(TimerHandle::from_bits(handle.to_bits()), handle);
         }
+
+        // Another timer's handle never unpacks to what it named there (the keys differ):
+        // it names some other slot or generation, pending only by chance.
+        #[test]
+        fn another_timers_handles_name_something_else(id: u64, slot in 0..1u32 << 20) {
+            let (ours, theirs) = (Handles::new(id, 2), Handles::new(id.wrapping_add(1), 2));
+            let named = ours.named(theirs.handle(1, slot, 0));
+            prop_assert_ne!(named, Named { shard: 1, slot, generation: 0 });
+        }
+    }
+
+    #[cfg(feature = "engine")]
+    #[test]
+    fn shards_share_the_bits_a_generation_leaves() {
+        // Up to 64 shards, each keeps a shard's full 2^31 slots; past that, the shards
+        // share 2^37 between them.
+        for (shards, limit) in [(1, 1 << 31), (2, 1 << 31), (64, 1 << 31), (65, 1 << 30)] {
+            assert_eq!(Handles::slot_limit(shards), limit, "{shards} shards");
+        }
+        assert_eq!(Handles::slot_limit(1 << 16), 1 << 21);
+        let handles = Handles::new(7, 1 << 16);
+        let last = Named {
+            shard: (1 << 16) - 1,
+            slot: (1 << 21) - 1,
+            generation: GENERATIONS - 1,
+        };
+        assert_eq!(
+            handles.named(handles.handle(last.shard, last.slot, last.generation)),
+            last
+        );
     }
 
     proptest! {

@@ -11,7 +11,7 @@
 
 use crate::clock::{self, Clock};
 use crate::error::{ScheduleError, StaleHandle};
-use crate::handle::TimerHandle;
+use crate::handle::{Handles, Named, TimerHandle};
 use crate::shard::{Refused, Shard};
 use crate::stage::Stage;
 use std::cell::{Cell, Ref, RefCell};
@@ -21,8 +21,10 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 pub(crate) struct Scheduler<T: Send + 'static> {
-    /// Tells this timer's handles from another's (see `timer::take_id`).
+    /// Keys this thread's stages for this timer (see `timer::take_id`).
     id: u64,
+    /// How this timer packs its handles.
+    handles: Handles,
     shards: Arc<[Shard<T>]>,
     clock: Clock,
     /// A manual timer's time since its start, moved only by `advance`; `None` for a timer
@@ -34,6 +36,7 @@ impl<T: Send + 'static> Clone for Scheduler<T> {
     fn clone(&self) -> Self {
         Scheduler {
             id: self.id,
+            handles: self.handles,
             shards: Arc::clone(&self.shards),
             clock: self.clock,
             manual_elapsed: self.manual_elapsed.clone(),
@@ -186,6 +189,7 @@ impl<T: Send + 'static> Scheduler<T> {
     ) -> Self {
         Scheduler {
             id,
+            handles: Handles::new(id, shards.len()),
             shards,
             clock,
             manual_elapsed,
@@ -258,7 +262,7 @@ impl<T: Send + 'static> Scheduler<T> {
             (shard, scheduled)
         });
         match scheduled {
-            Ok((slot, generation)) => Ok(TimerHandle::new(self.id, shard as u32, slot, generation)),
+            Ok((slot, generation)) => Ok(self.handles.handle(shard, slot, generation)),
             Err(Refused::Full(payload)) => Err(ScheduleError::Full(payload)),
             Err(Refused::Closed(payload)) => Err(ScheduleError::Shutdown(payload)),
         }
@@ -282,23 +286,22 @@ impl<T: Send + 'static> Scheduler<T> {
         }
     }
 
-    /// This timer's shard that `handle` names, if it is one of this timer's handles.
-    fn shard_of(&self, handle: TimerHandle) -> Option<&Shard<T>> {
-        if handle.timer() != self.id {
-            return None;
-        }
-        self.shards.get(handle.shard() as usize)
+    /// This timer's shard that `handle` names, and where in it, if the shard is one of
+    /// this timer's (the slot's generation check does the rest).
+    #[inline]
+    fn shard_of(&self, handle: TimerHandle) -> Option<(&Shard<T>, Named)> {
+        let named = self.handles.named(handle);
+        Some((self.shards.get(named.shard)?, named))
     }
 
     /// See [`Timer::cancel`](crate::Timer::cancel).
     pub(crate) fn cancel(&self, handle: TimerHandle) -> bool {
-        let Some(shard) = self.shard_of(handle) else {
+        let Some((shard, named)) = self.shard_of(handle) else {
             return false;
         };
-        let (slot, generation) = (handle.slot(), handle.generation());
         producer(|producer| {
-            let stage = producer.stage(self.id, handle.shard() as usize);
-            shard.cancel_from(stage.as_deref(), slot, generation)
+            let stage = producer.stage(self.id, named.shard);
+            shard.cancel_from(stage.as_deref(), named.slot, named.generation)
         })
     }
 
@@ -307,20 +310,26 @@ impl<T: Send + 'static> Scheduler<T> {
     /// `None`, and nothing done, otherwise.
     #[inline]
     pub(crate) fn take_staged(&self, handle: TimerHandle) -> Option<T> {
-        let shard = self.shard_of(handle)?;
+        let (shard, named) = self.shard_of(handle)?;
         producer(|producer| {
-            let stage = producer.stage(self.id, handle.shard() as usize)?;
-            shard.take_staged(&stage, handle.slot(), handle.generation())
+            let stage = producer.stage(self.id, named.shard)?;
+            shard.take_staged(&stage, named.slot, named.generation)
         })
     }
 
     /// See [`Timer::reset`](crate::Timer::reset).
     pub(crate) fn reset_due(&self, handle: TimerHandle, deadline: u64) -> Result<(), StaleHandle> {
-        let shard = self.shard_of(handle).ok_or(StaleHandle)?;
+        let (shard, named) = self.shard_of(handle).ok_or(StaleHandle)?;
         shard
-            .reset(handle.slot(), handle.generation(), deadline)
+            .reset(named.slot, named.generation, deadline)
             .then_some(())
             .ok_or(StaleHandle)
+    }
+
+    /// The shard `handle` names, for tests of where timers go.
+    #[cfg(test)]
+    pub(crate) fn shard_index(&self, handle: TimerHandle) -> usize {
+        self.handles.named(handle).shard
     }
 }
 

@@ -102,8 +102,8 @@ pub enum BuildError {
     ZeroTick,
     /// A reaper thread could not be started.
     Thread(std::io::Error),
-    /// The process has built 2^48 timers: every timer id was given out once, and an id is
-    /// never given twice (a handle of a dropped timer must never name a later one's slot).
+    /// The process has built 2^64 - 1 timers: every timer id was given out once, and an
+    /// id is never given twice (it keys each thread's records of the timer).
     Ids,
 }
 
@@ -116,7 +116,7 @@ impl fmt::Display for BuildError {
                     "invalid shard count {n}: between 1 and 65,536 are allowed"
                 )
             }
-            BuildError::Ids => f.write_str("every timer id has been used (2^48 timers built)"),
+            BuildError::Ids => f.write_str("every timer id has been used (2^64 - 1 timers built)"),
             BuildError::ZeroTick => f.write_str("the tick must be longer than zero"),
             BuildError::Thread(error) => write!(f, "cannot start a reaper thread: {error}"),
         }

@@ -211,6 +211,12 @@ impl<T> Shard<T> {
         self
     }
 
+    /// Makes the shard hold at most `limit` slots (see `Slots::with_limit`).
+    pub(crate) fn with_slot_limit(mut self, limit: u32) -> Self {
+        self.slots = self.slots.with_limit(limit);
+        self
+    }
+
     /// Makes the shard count its pending timers against `bound`, which the timer's other
     /// shards share, in place of its own.
     pub(crate) fn with_bound(mut self, bound: Option<Arc<Bound>>) -> Self {

@@ -85,7 +85,7 @@ pub(crate) const GENERATIONS: u32 = 1 << (32 - GENERATION_SHIFT);
 
 /// Set in `Slots::claimed` while the reaper gives the top chunk back.
 const CLOSED: u64 = 1 << 32;
-/// Slots a shard can hold; handles keep slot numbers in 31 bits.
+/// Slots a shard can hold; handles keep slot numbers in 31 bits at most.
 pub(crate) const MAX_SLOTS: u32 = 1 << 31;
 
 /// The state word of generation `generation` (below `GENERATIONS`) in state `state`.
@@ -315,6 +315,9 @@ pub(crate) struct Slots<T> {
     spare: CachePadded<AtomicU64>,
     /// Whether big chunks go on huge pages (`Builder::huge_pages`).
     huge_pages: bool,
+    /// Slots claims may reach, at most `MAX_SLOTS`: fewer in a timer of over 64 shards,
+    /// whose handles leave each shard fewer bits (see `handle::Handles`).
+    limit: u32,
     /// The chunks hold `T`s (and the slots' drop drops those still pending), in cells:
     /// `T` is invariant, as the slots take payloads in and hand them out through `&self`.
     /// (Only a marker: `Send` and `Sync` are implemented below.)
@@ -339,6 +342,7 @@ impl<T> Slots<T> {
             free: CachePadded::new(AtomicU64::new(free::head(0, NIL))),
             spare: CachePadded::new(AtomicU64::new(free::head(0, NIL))),
             huge_pages: true,
+            limit: MAX_SLOTS,
             payloads: PhantomData,
         }
     }
@@ -347,6 +351,12 @@ impl<T> Slots<T> {
     /// on small ones (see `pages`).
     pub(crate) fn with_huge_pages(mut self, huge_pages: bool) -> Self {
         self.huge_pages = huge_pages;
+        self
+    }
+
+    /// Claims stop at `limit` slots (at most `MAX_SLOTS`) rather than `MAX_SLOTS`.
+    pub(crate) fn with_limit(mut self, limit: u32) -> Self {
+        self.limit = limit.min(MAX_SLOTS);
         self
     }
 
@@ -359,7 +369,7 @@ impl<T> Slots<T> {
             match self
                 .claimed
                 .fetch_update(Ordering::Acquire, Ordering::Relaxed, |n| {
-                    (n < u64::from(MAX_SLOTS)).then_some(n + 1)
+                    (n < u64::from(self.limit)).then_some(n + 1)
                 }) {
                 Ok(n) => break n as u32,
                 // The reaper is between two stores (`give_back_top`): claims wait for it.

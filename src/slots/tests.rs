@@ -535,3 +535,13 @@ fn a_big_pass_frees_its_slots_in_batches() {
     sizes.sort_unstable();
     assert_eq!(sizes, [452, 1024, 1024]);
 }
+
+// A timer of over 64 shards gives each fewer slots than `MAX_SLOTS` (see
+// `handle::Handles`): a claim past its limit would be a slot no handle can name.
+#[test]
+fn claims_stop_at_the_limit() {
+    let slots: Slots<u8> = Slots::new().with_limit(100);
+    let taken: Vec<u32> = std::iter::from_fn(|| slots.take().map(|(index, _)| index)).collect();
+    assert_eq!(taken, (0..100).collect::<Vec<_>>());
+    assert!(slots.take().is_none(), "still full");
+}

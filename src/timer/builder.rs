@@ -7,7 +7,7 @@ use crate::callback::Callback;
 use crate::clock::Clock;
 use crate::due::Due;
 use crate::error::BuildError;
-use crate::handle::SHARD_BITS;
+use crate::handle::Handles;
 use crate::observe;
 use crate::scheduler::{self, Scheduler};
 use crate::shard::Shard;
@@ -334,6 +334,7 @@ impl Builder {
                 .with_spin(self.spin)
                 .with_wake_early(self.wake_early)
                 .with_huge_pages(self.huge_pages)
+                .with_slot_limit(Handles::slot_limit(self.shards))
                 .with_reapers_by_cpu(Arc::clone(&reapers_by_cpu))
                 .with_clock(clock)
             })
@@ -401,18 +402,19 @@ fn reapers_by_cpu(cores: &[core_affinity::CoreId]) -> Arc<[AtomicU32]> {
     (0..len).map(|_| AtomicU32::new(0)).collect()
 }
 
-/// The most shards a timer can have: a handle names its shard in `SHARD_BITS` bits.
-const MAX_SHARDS: usize = 1 << SHARD_BITS;
+/// The most shards a timer can have: each shard's handles then keep 21 bits for its
+/// slot (see `Handles`).
+const MAX_SHARDS: usize = 1 << 16;
 
-/// Timer ids: a handle keeps one in the 48 bits its shard leaves.
-const TIMER_IDS: u64 = 1 << (64 - SHARD_BITS);
+/// Timer ids: every `u64` but the last.
+const TIMER_IDS: u64 = u64::MAX;
 
-/// The next id to give a timer: ids tell one timer's handles from another's.
+/// The next id to give a timer: ids key a thread's stages, and a timer's handles.
 static NEXT_TIMER_ID: AtomicU64 = AtomicU64::new(0);
 
 /// Takes the next id from `counter`, or `None` once every id was given. Ids are never
-/// given twice, so a handle of a timer dropped long ago never names a later timer's
-/// slot. (At a million timers built a second, they last nine years.)
+/// given twice, so a thread's stage of a timer dropped long ago is never taken for a
+/// later timer's, and no two timers share a handle key.
 fn take_id(counter: &AtomicU64) -> Option<u64> {
     // Relaxed: ids only need to differ, which the RMW's total order gives.
     counter
@@ -438,11 +440,11 @@ mod tests {
         let first = timer
             .schedule(Duration::ZERO, move || {
                 let handle = again.schedule(Duration::from_secs(60), || {}).unwrap();
-                tx.send(handle.shard()).unwrap();
+                tx.send(again.scheduler().shard_index(handle)).unwrap();
             })
             .unwrap();
         let reaper_scheduled_on = rx.recv_timeout(Duration::from_secs(10)).unwrap();
-        assert_eq!(reaper_scheduled_on, first.shard());
+        assert_eq!(reaper_scheduled_on, timer.scheduler().shard_index(first));
     }
 
     #[test]
