@@ -275,7 +275,7 @@ impl Engine for TokioSleep {
 
 const W1_ITERATIONS: usize = 2_000_000;
 const W1_BOUND: Duration = Duration::from_secs(2);
-const W1_ROUNDS: usize = 3;
+const W1_ROUNDS: usize = 5;
 
 /// One W1 round: pre-fill `pending` timers, then schedule one and cancel a uniformly
 /// chosen pending one per iteration; returns iterations per second.

@@ -20,7 +20,8 @@ impl std::error::Error for StaleHandle {}
 /// callback) is handed back, so nothing is dropped silently.
 #[non_exhaustive]
 pub enum ScheduleError<T> {
-    /// `max_pending` timers are pending (or a shard's 2^31 slots are in use).
+    /// `max_pending` timers are pending (or all of a shard's slots are in use: 2^31, fewer
+    /// in a timer of over 64 shards).
     Full(T),
     /// The timer was shut down.
     Shutdown(T),
