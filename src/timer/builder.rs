@@ -419,7 +419,8 @@ fn take_id(counter: &AtomicU64) -> Option<u64> {
     // Relaxed: ids only need to differ, which the RMW's total order gives.
     counter
         .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |id| {
-            (id < TIMER_IDS).then_some(id + 1)
+            // Lazily: `id + 1` at the last id would overflow.
+            (id < TIMER_IDS).then(|| id + 1)
         })
         .ok()
 }
