@@ -162,7 +162,9 @@ impl<T> Shard<T> {
         Some(payload)
     }
 
-    /// A slot in a stage held by the caller.
+    /// A slot in a stage held by the caller. (Inline, as the owner's steps that use it: a
+    /// call from the user's crate into this one is never inlined otherwise, see `stage`.)
+    #[inline]
     fn staged_slot(&self, index: u32) -> Slot<'_, T> {
         // SAFETY: a staged slot is pending or cancelled, never free, so its chunk stays.
         unsafe { self.slots.owned(index) }.expect("staged slots are installed")
