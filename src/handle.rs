@@ -86,10 +86,14 @@ const PLACE_BITS: u32 = 64 - GENERATION_BITS;
 /// another timer: a slot is retired rather than reused once its generations run out, so
 /// no handle ever names a later timer of its own `Timer`.
 ///
-/// A handle means something only to the `Timer` that issued it. Using it with another one
-/// is a logic error: memory-safe, never a panic, and almost always rejected. Each `Timer`
-/// scrambles its handles with a key of its own, so another `Timer`'s handle names a slot
-/// and generation of its own only by chance, about once in 2^27 (134 million) uses.
+/// A handle means something only to the `Timer` that issued it, in the process that made
+/// it. Using it with another `Timer`, or in another process (a handle kept with
+/// [`to_bits`](Self::to_bits) across a restart), is a logic error: memory-safe, never a
+/// panic, and almost always rejected. Each `Timer` scrambles its handles with a key of its
+/// own, random in each process, so another `Timer`'s handle names a pending timer of its
+/// own only by chance: at most about once in 2^27 (134 million), for a pair of `Timer`s
+/// rather than for each use (one `Timer`'s handles read in the other all move their slot
+/// and generation by the same bits).
 ///
 /// # Examples
 ///
@@ -135,9 +139,12 @@ impl std::fmt::Debug for TimerHandle {
 ///
 /// A shard's slot numbers take 31 bits (`slots::MAX_SLOTS`) while the shard number fits
 /// the 6 bits left, that is up to 64 shards; a timer with more gives each shard fewer
-/// (`slot_limit`), 2^21 at the most shards, 65,536: 2^37 slots in all, whatever the
-/// count. The key, a bijective mix of the timer's id, makes one timer's handles look like
-/// random bits to another; an id is never given twice.
+/// (`slot_limit`): 2^(37 - ceil(log2 shards)), 2^30 from 65 to 128 shards down to 2^21
+/// from 32,769 to 65,536, between 2^36 and 2^37 in all. A thread schedules on one shard,
+/// so that is also how many timers one thread can have pending. The key, a bijective mix
+/// of the timer's id and a seed drawn once per process, makes one timer's handles look
+/// like random bits to another, in this process or another; an id is never given twice
+/// in a process, so no two of its timers share a key.
 #[cfg(feature = "engine")]
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Handles {
@@ -159,7 +166,7 @@ impl Handles {
     /// The packing of timer `id`'s handles, for `shards` shards (1 to 2^16).
     pub(crate) fn new(id: u64, shards: usize) -> Self {
         Handles {
-            key: mix(id),
+            key: mix(id ^ process_seed()),
             slot_bits: Self::slot_limit(shards).trailing_zeros(),
         }
     }
@@ -176,6 +183,18 @@ impl Handles {
     /// `slots::GENERATIONS`) in shard `shard`.
     #[inline]
     pub(crate) fn handle(self, shard: usize, slot: u32, generation: u32) -> TimerHandle {
+        debug_assert!(
+            u64::from(slot) >> self.slot_bits == 0,
+            "slot {slot} past the limit"
+        );
+        debug_assert!(
+            generation < crate::slots::GENERATIONS,
+            "generation {generation}"
+        );
+        debug_assert!(
+            (shard as u64) >> (PLACE_BITS - self.slot_bits) == 0,
+            "shard {shard} past the bits left"
+        );
         let place = ((shard as u64) << self.slot_bits) | u64::from(slot);
         TimerHandle(((place << GENERATION_BITS) | u64::from(generation)) ^ self.key)
     }
@@ -187,13 +206,22 @@ impl Handles {
         let bits = handle.0 ^ self.key;
         let place = bits >> GENERATION_BITS;
         Named {
-            // At most 64 - GENERATION_BITS = 37 bits: it fits a usize on 64-bit targets,
-            // and on others a shard number past the count is rejected all the same.
+            // PLACE_BITS - slot_bits bits, 16 at most (slot_bits is 21 or more): it fits
+            // any usize.
             shard: (place >> self.slot_bits) as usize,
             slot: (place & ((1 << self.slot_bits) - 1)) as u32,
             generation: (bits & ((1 << GENERATION_BITS) - 1)) as u32,
         }
     }
+}
+
+/// A random `u64` drawn once per process (from the OS, as std seeds its hash maps), so that
+/// timer ids, which start at 0 in every process, key the handles differently in each.
+#[cfg(feature = "engine")]
+fn process_seed() -> u64 {
+    use std::hash::BuildHasher;
+    static SEED: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *SEED.get_or_init(|| std::collections::hash_map::RandomState::new().hash_one(0u64))
 }
 
 /// SplitMix64's finaliser: a bijection on `u64` that spreads every bit of `id` over all
@@ -246,22 +274,51 @@ mod tests {
     #[cfg(feature = "engine")]
     #[test]
     fn shards_share_the_bits_a_generation_leaves() {
-        // Up to 64 shards, each keeps a shard's full 2^31 slots; past that, the shards
-        // share 2^37 between them.
-        for (shards, limit) in [(1, 1 << 31), (2, 1 << 31), (64, 1 << 31), (65, 1 << 30)] {
+        // Up to 64 shards, each keeps a shard's full 2^31 slots; past that, each keeps
+        // 2^(37 - ceil(log2 shards)).
+        let limits = [
+            (1, 1 << 31),
+            (2, 1 << 31),
+            (63, 1 << 31),
+            (64, 1 << 31),
+            (65, 1 << 30),
+            (128, 1 << 30),
+            (129, 1 << 29),
+            (1 << 15, 1 << 22),
+            ((1 << 15) + 1, 1 << 21),
+            (1 << 16, 1 << 21),
+        ];
+        for (shards, limit) in limits {
             assert_eq!(Handles::slot_limit(shards), limit, "{shards} shards");
+            // The last shard's last slot at the last generation, and the first of each,
+            // read back whole: no field spills into another.
+            let handles = Handles::new(7, shards);
+            for named in [
+                Named {
+                    shard: shards - 1,
+                    slot: limit - 1,
+                    generation: GENERATIONS - 1,
+                },
+                Named {
+                    shard: 0,
+                    slot: 0,
+                    generation: 0,
+                },
+                Named {
+                    shard: shards - 1,
+                    slot: 0,
+                    generation: 0,
+                },
+                Named {
+                    shard: 0,
+                    slot: limit - 1,
+                    generation: 0,
+                },
+            ] {
+                let handle = handles.handle(named.shard, named.slot, named.generation);
+                assert_eq!(handles.named(handle), named, "{shards} shards");
+            }
         }
-        assert_eq!(Handles::slot_limit(1 << 16), 1 << 21);
-        let handles = Handles::new(7, 1 << 16);
-        let last = Named {
-            shard: (1 << 16) - 1,
-            slot: (1 << 21) - 1,
-            generation: GENERATIONS - 1,
-        };
-        assert_eq!(
-            handles.named(handles.handle(last.shard, last.slot, last.generation)),
-            last
-        );
     }
 
     proptest! {

@@ -209,7 +209,8 @@ impl Periodic {
     }
 
     /// Whether the series will run again: it has not been cancelled, its timer has not
-    /// shut down, and no reschedule found the timer full (`max_pending`).
+    /// shut down, and no reschedule found the timer full (`max_pending`, or the shard's
+    /// slots).
     ///
     /// ```
     /// use shardwheel::Period;

@@ -51,7 +51,7 @@ fn a_refused_schedule_goes_into_anyhow_and_hands_the_callback_back() {
     let error = schedule_anyhow(&timer, &ran).unwrap_err();
     assert_eq!(
         error.to_string(),
-        "too many pending timers (max_pending reached)"
+        "too many pending timers (max_pending, or all of a shard's slots)"
     );
     let error = error.downcast::<ScheduleError<Callback>>().unwrap();
     assert!(matches!(error, ScheduleError::Full(_)));

@@ -4,7 +4,8 @@ use std::fmt;
 
 /// A [`TimerHandle`](crate::TimerHandle) that names no pending timer of this
 /// [`Timer`](crate::Timer): its timer ran (or is running) or was cancelled, or the handle is
-/// another timer's.
+/// another timer's (rejected but for a chance of at most about one in 2^27, see
+/// [`TimerHandle`](crate::TimerHandle)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StaleHandle;
 
@@ -63,7 +64,9 @@ impl<T> fmt::Debug for ScheduleError<T> {
 impl<T> fmt::Display for ScheduleError<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
-            ScheduleError::Full(_) => "too many pending timers (max_pending reached)",
+            ScheduleError::Full(_) => {
+                "too many pending timers (max_pending, or all of a shard's slots)"
+            }
             ScheduleError::Shutdown(_) => "the timer was shut down",
         })
     }
@@ -146,7 +149,9 @@ pub enum SleepError {
 impl fmt::Display for SleepError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
-            SleepError::Full => "cannot sleep: too many pending timers (max_pending reached)",
+            SleepError::Full => {
+                "cannot sleep: too many pending timers (max_pending, or all of a shard's slots)"
+            }
             SleepError::Shutdown => "cannot sleep: the timer was shut down",
         })
     }
@@ -208,7 +213,9 @@ impl fmt::Display for PeriodicError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             PeriodicError::ZeroPeriod => "a periodic timer's period must be longer than zero",
-            PeriodicError::Full => "too many pending timers (max_pending reached)",
+            PeriodicError::Full => {
+                "too many pending timers (max_pending, or all of a shard's slots)"
+            }
             PeriodicError::Shutdown => "the timer was shut down",
         })
     }

@@ -33,8 +33,9 @@ pub(super) fn head(tag: u32, index: u32) -> u64 {
 
 impl<T> Slots<T> {
     /// Takes a free slot for a producer, which then owns it until it publishes it. Returns
-    /// its index and the slot, or `None` when all `MAX_SLOTS` slots are in use. A slot of
-    /// the free stack, or else of the spare stack (a shrink under way), or else a new one.
+    /// its index and the slot, or `None` when all the slots its limit allows are in use
+    /// (`MAX_SLOTS`, or fewer: `with_limit`). A slot of the free stack, or else of the
+    /// spare stack (a shrink under way), or else a new one.
     pub(crate) fn take(&self) -> Option<(u32, Slot<'_, T>)> {
         for stack in [&self.free, &self.spare] {
             if let Some(index) = self.take_batch(stack) {

@@ -312,8 +312,9 @@ impl<T: Send + 'static> Timer<T> {
     }
 
     /// Cancels a timer: true if it was pending and now will never run; false if it already
-    /// ran or is running, was cancelled, or the handle is not this timer's. O(1), lock-free,
-    /// from any thread.
+    /// ran or is running, was cancelled, or the handle is not this timer's (another
+    /// `Timer`'s handle is rejected but for a chance of at most about one in 2^27, see
+    /// [`TimerHandle`]). O(1), lock-free, from any thread.
     ///
     /// A timer cancelled by the thread that scheduled it, while it still waits in that
     /// thread's batch for the reaper (see "Hand-over" in the type's docs), never reaches
@@ -347,7 +348,7 @@ impl<T: Send + 'static> Timer<T> {
     /// # Errors
     ///
     /// [`StaleHandle`] if the timer already ran or is running, was cancelled, or the handle
-    /// is not this timer's; nothing changes then.
+    /// is not this timer's (as for [`cancel`](Self::cancel)); nothing changes then.
     ///
     /// ```
     /// use std::time::Duration;
