@@ -83,8 +83,15 @@ const PLACE_BITS: u32 = 64 - GENERATION_BITS;
 ///
 /// Like a [`Key`], it stays valid until its timer fires or is cancelled; after that
 /// [`Timer::cancel`](crate::Timer::cancel) with it returns false, even once the slot holds
-/// another timer: a slot is retired rather than reused once its generations run out, so
-/// no handle ever names a later timer of its own `Timer`.
+/// another timer: a slot is retired rather than reused once its generations run out (after
+/// 2^27 timers in it), so no handle ever names a later timer of its own `Timer`.
+///
+/// The eight bytes bound how many timers a shard indexes: 2^31 in a timer of up to 64
+/// shards, 2^(37 - ceil(log2 shards)) past that (2^30 at 65 to 128 shards, down to 2^21 at
+/// 32,769 to 65,536). A thread schedules on one shard, so that is also how many timers
+/// one thread can have pending; past it, schedules return
+/// [`ScheduleError::Full`](crate::ScheduleError::Full). With slots retired after 2^27
+/// timers each, a shard takes 2^58 timers over its life (2^48 at 65,536 shards).
 ///
 /// A handle means something only to the `Timer` that issued it, in the process that made
 /// it. Using it with another `Timer`, or in another process (a handle kept with

@@ -116,7 +116,8 @@ impl Builder {
     /// schedule them; beyond it [`Timer::schedule`] returns [`ScheduleError::Full`](crate::ScheduleError::Full). A
     /// bound costs one counter that every shard shares (a cache line its producers and
     /// reapers all write); without one there is none. Default: unbounded (each shard can
-    /// index 2^31 timers).
+    /// index 2^31 timers, fewer in a timer of over 64 shards: see
+    /// [`TimerHandle`](crate::TimerHandle)).
     ///
     /// ```
     /// use shardwheel::ScheduleError;
