@@ -34,14 +34,11 @@ fn a_handle_kept_from_another_process_names_no_timer_here() {
         .unwrap();
     assert!(child.status.success(), "the child run failed: {child:?}");
     let stdout = String::from_utf8(child.stdout).unwrap();
+    // The harness prints "test <name> ... " before the child's line, on the same line.
     let theirs: u64 = stdout
-        .lines()
-        .find_map(|line| Some(line.split_once("handle=")?.1))
-        .unwrap_or_else(|| panic!("no handle in the child's output: {stdout}"))
-        .split_whitespace()
-        .next()
-        .and_then(|bits| bits.parse().ok())
-        .unwrap_or_else(|| panic!("a handle in the child's output: {stdout}"));
+        .split_once("handle=")
+        .and_then(|(_, rest)| rest.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no handle in the child's output: {stdout}"));
 
     let (timer, ours) = first_timer_with_one_scheduled();
     assert!(
