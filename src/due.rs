@@ -32,6 +32,12 @@ pub struct Due {
     pub(crate) stages: Vec<Arc<Stage>>,
     /// A change came for a timer still staged (a reset): collect every stage this pass.
     pub(crate) collect_all: bool,
+    /// Cancels taken from the stages (see `shard::staged`), applied after the reaper's next
+    /// look at the inbox.
+    pub(crate) cancels: Vec<u32>,
+    /// When the reaper next collects the stages that hold cancels (nanoseconds since the
+    /// start): once a tidy interval.
+    pub(crate) tidy_at: u64,
     /// Timers fired since the reaper last planned a sleep (see `shard::nap`).
     pub(crate) fired: u64,
 }

@@ -1,6 +1,7 @@
 //! A producer thread's stage on one shard: where its new timers wait to be handed to the
 //! reaper in a batch, where the slots of the timers it cancelled before they were handed
-//! over wait to be taken again, by the same thread, without crossing to the reaper, and
+//! over wait to be taken again, by the same thread, without crossing to the reaper, where
+//! its cancels of timers already handed over wait to go to the reaper in a batch too, and
 //! where it keeps the batch of free slots it took from the shard (see `slots::free`).
 //!
 //! Most timers are cancelled soon after they are made (a request answered in time). Handed
@@ -8,7 +9,14 @@
 //! free stack, and a trip of its slot's cache line to the reaper's core and back. Staged,
 //! a timer cancelled while it still waits here is taken out and its slot reused in place:
 //! no shared cache line is written, and the reaper never hears of it. Those that stay are
-//! handed over as one batch when the stage fills (`STAGE_LEN`).
+//! handed over as one batch when the stage fills (`STAGE_LEN`). A cancel of a timer
+//! already handed over marks its slot cancelled (the one line it must touch: the cancel
+//! decides against the firing there) and keeps the slot's number here, rather than
+//! linking the slot onto the shard's list of changes: with a million timers pending, the
+//! link was a second word a cancel wrote, beside the state, and a compare-and-swap on a
+//! line the reaper takes back each pass. The cancels go over with the timers, or when
+//! `STAGE_LEN` of them wait, and the reaper collects a stage that holds some every tidy
+//! interval, as it takes cancels from the list of changes.
 //!
 //! Who may touch the stage's contents is settled by two words, each written by one side
 //! only: the owner's says whether it is inside (and which of the reaper's requests it has
@@ -111,6 +119,8 @@ pub struct Stage {
     /// The earliest deadline staged (nanoseconds since the start; `u64::MAX` if none): a
     /// hint as `len`, never later than any timer staged.
     min: AtomicU64,
+    /// Cancels wait in the stage: a hint as `len`.
+    cancels: AtomicBool,
     /// The owner let go (its thread exited): the reaper collects the stage and forgets it.
     gone: AtomicBool,
     /// The owner's timers scheduled and cancelled on the stage's shard, counted by the
@@ -130,6 +140,9 @@ unsafe impl Sync for Stage {}
 pub(crate) struct Held {
     /// Slots of the timers staged. While a slot is here its `link` holds its place.
     pub(crate) staged: Vec<u32>,
+    /// Slots of timers handed over that the owner cancelled, for the reaper to free: each
+    /// `CANCELLED` and `QUEUED` (its change is on its way).
+    pub(crate) cancels: Vec<u32>,
     /// Free slots for the owner to take first.
     pub(crate) free: Vec<u32>,
     /// Then a batch of free slots taken from the shard with one CAS (see
@@ -144,6 +157,7 @@ impl Default for Held {
     fn default() -> Self {
         Held {
             staged: Vec::new(),
+            cancels: Vec::new(),
             free: Vec::new(),
             chain: NIL,
             chunks: Chunks::default(),
@@ -195,6 +209,7 @@ impl Stage {
             reaper: AtomicU32::new(0),
             len: AtomicU32::new(0),
             min: AtomicU64::new(u64::MAX),
+            cancels: AtomicBool::new(false),
             gone: AtomicBool::new(false),
             scheduled: AtomicU64::new(0),
             cancelled: AtomicU64::new(0),
@@ -379,6 +394,18 @@ impl Stage {
     pub(crate) fn min(&self) -> Option<u64> {
         // Relaxed: as in `set_hints`.
         (self.len.load(Ordering::Relaxed) != 0).then(|| self.min.load(Ordering::Relaxed))
+    }
+
+    /// The holder records whether cancels wait in the stage.
+    pub(crate) fn set_cancels(&self, waiting: bool) {
+        // Relaxed: as in `set_hints`.
+        self.cancels.store(waiting, Ordering::Relaxed);
+    }
+
+    /// Whether cancels wait in the stage, as last recorded.
+    pub(crate) fn has_cancels(&self) -> bool {
+        // Relaxed: as in `set_hints`.
+        self.cancels.load(Ordering::Relaxed)
     }
 
     /// The owner counts a timer it scheduled on the stage's shard. Owner only.

@@ -407,7 +407,7 @@ impl<T> Shard<T> {
         let Some(slot) = self.slots.get(index, &guard) else {
             return false;
         };
-        let payload = match self.cancel_pending(slot, index, generation, stage) {
+        let payload = match self.cancel_pending(slot, index, generation, stage, false) {
             Cancelled::Not => return false,
             Cancelled::Done(payload) => payload,
             Cancelled::Staged => stage.and_then(|stage| self.reclaim(stage, index, slot)),
@@ -421,8 +421,9 @@ impl<T> Shard<T> {
 
     /// The cancel's step on `slot` (slot `index`, looked up by the caller): marks the timer
     /// of generation `generation` cancelled if it is pending, and hands it to whoever
-    /// frees it: the reaper (through the list of changes), a reset under way, or the
-    /// holder of the stage it is staged in (`Staged`: the caller, if it is the owner).
+    /// frees it: the reaper (through `stage`, if the caller `holds` it, or the list of
+    /// changes), a reset under way, or the holder of the stage it is staged in (`Staged`:
+    /// the caller, if it is the owner).
     #[inline]
     pub(super) fn cancel_pending(
         &self,
@@ -430,6 +431,7 @@ impl<T> Shard<T> {
         index: u32,
         generation: u32,
         stage: Option<&Stage>,
+        holds: bool,
     ) -> Cancelled<T> {
         // Relaxed: only a first guess for the CAS, which checks it. A load rather than a
         // CAS first: the slot's line comes in once either way, and a guess that fails
@@ -466,6 +468,10 @@ impl<T> Shard<T> {
             return Cancelled::Staged;
         }
         if current & (RESETTING | QUEUED) != 0 {
+            return Cancelled::Done(None);
+        }
+        if let Some(stage) = stage.filter(|_| holds) {
+            self.stage_cancel(stage, index);
             return Cancelled::Done(None);
         }
         match self.changes.push(index, slot.change_link) {

@@ -190,10 +190,18 @@ impl<T> Shard<T> {
         let changes = self.changes.take_all();
         let arrivals = self.inbox.take_all();
         let arrived = self.arrive(due, arrivals, &mut freed, &mut catch_up);
-        let changed = self.apply_changes(due, changes, &mut freed, &mut catch_up);
+        let mut changed = self.apply_changes(due, changes, &mut freed, &mut catch_up);
         // The stages last: a change may have asked for them all. Those holding a timer
         // already due come in now; the reaper wakes for the others (see `stage`).
-        let arrived = arrived + self.collect_stages(due, &mut freed, elapsed(), &mut catch_up);
+        let mut arrived =
+            arrived + self.collect_stages(due, &mut freed, elapsed(), &mut catch_up);
+        if !due.cancels.is_empty() {
+            // A cancel taken from a stage may be of a timer pushed on the inbox since the
+            // look above (see `staged`): another look first.
+            let arrivals = self.inbox.take_all();
+            arrived += self.arrive(due, arrivals, &mut freed, &mut catch_up);
+            changed += self.apply_cancels(due, &mut freed, &mut catch_up);
+        }
         catch_up(due, &mut freed);
         self.slots.recycle(&mut freed);
         due.shrinking = self.shrink(&mut freed);
@@ -201,7 +209,7 @@ impl<T> Shard<T> {
         let mut stats = self.reaper_stats();
         stats.pass(arrived, changed);
         stats.cascaded = due.wheel.cascaded();
-        changes != NIL || due.shrinking
+        changes != NIL || due.shrinking || self.stages_hold_cancels(due)
     }
 
     /// Fires every timer due at tick `now`: with exact deadlines, those whose deadline has
@@ -288,12 +296,14 @@ impl<T> Shard<T> {
 
     /// The reaper's side of the park handshake: plans to sleep until `wake_at` (nanoseconds
     /// since the start; or, if `tidying`, no longer than `TIDY_INTERVAL`), and says whether
-    /// it may: nothing arrived meanwhile, and no change waits, unless it is tidying and none
-    /// of those waiting is a reset's (cancels wait for the tidy interval or a backlog).
+    /// it may: nothing arrived meanwhile, and no change waits (on the list, or cancels in a
+    /// stage), unless it is tidying and none of those waiting is a reset's (cancels wait
+    /// for the tidy interval or a backlog).
     pub fn may_sleep(&self, due: &Due, wake_at: u64, tidying: bool) -> bool {
         self.wakeup.plan_sleep(wake_at, tidying);
         self.inbox.is_empty()
-            && (self.changes.is_empty() || self.wakeup.may_leave_changes(tidying))
+            && ((self.changes.is_empty() && !self.stages_hold_cancels(due))
+                || self.wakeup.may_leave_changes(tidying))
             && !self.stages_due_before(due, wake_at)
             && !self.stopping.load(Ordering::Relaxed)
     }
@@ -365,30 +375,55 @@ impl<T> Shard<T> {
             }
             let slot = self.slot(at);
             let next = slot.change_link.load(Ordering::Relaxed);
-            // AcqRel: Acquire sees what the canceller or resetter published; Release orders
-            // the read of `change_link` above before the next push of this slot, which can
-            // start as soon as QUEUED is clear.
-            let word = slot.state.fetch_and(!QUEUED, Ordering::AcqRel);
-            debug_assert_ne!(word & QUEUED, 0);
-            // Under a reset, the resetter pushes the slot again when it is done. A staged
-            // timer has not arrived: it comes with its stage, which a reset needs now (a
-            // cancelled one, the stage's holder frees).
-            if word & STAGED != 0 {
-                due.collect_all |= word & RESETTING == 0 && slots::split(word).1 == PENDING;
-            } else if word & RESETTING == 0 {
-                match slots::split(word) {
-                    (generation, CANCELLED) => {
-                        self.free_cancelled(due, at, slot, generation, freed);
-                    }
-                    (_, state) => {
-                        debug_assert_eq!(state, PENDING, "queued slots do not fire");
-                        self.place_at_deadline(due, at, slot);
-                    }
-                }
-            }
+            self.apply_change(due, at, slot, freed);
             at = next;
         }
         changed
+    }
+
+    /// Applies the cancels taken from the stages (`due.cancels`), with `between` after
+    /// every `BATCH` of them; returns how many. The caller has looked at the inbox since
+    /// it took them (see `staged`).
+    pub(super) fn apply_cancels(
+        &self,
+        due: &mut Due,
+        freed: &mut Freed,
+        between: &mut dyn FnMut(&mut Due, &mut Freed),
+    ) -> u64 {
+        let cancels = std::mem::take(&mut due.cancels);
+        for (at, &index) in cancels.iter().enumerate() {
+            if at > 0 && (at as u64).is_multiple_of(BATCH) {
+                between(due, freed);
+            }
+            self.apply_change(due, index, self.slot(index), freed);
+        }
+        cancels.len() as u64
+    }
+
+    /// Applies the change of slot `index` (`QUEUED`): frees it if it was cancelled, moves
+    /// it if it was reset.
+    fn apply_change(&self, due: &mut Due, index: u32, slot: Slot<'_, T>, freed: &mut Freed) {
+        // AcqRel: Acquire sees what the canceller or resetter published; Release orders
+        // the caller's read of `change_link` before the next push of this slot, which can
+        // start as soon as QUEUED is clear.
+        let word = slot.state.fetch_and(!QUEUED, Ordering::AcqRel);
+        debug_assert_ne!(word & QUEUED, 0);
+        // Under a reset, the resetter pushes the slot again when it is done. A staged
+        // timer has not arrived: it comes with its stage, which a reset needs now (a
+        // cancelled one, the stage's holder frees).
+        if word & STAGED != 0 {
+            due.collect_all |= word & RESETTING == 0 && slots::split(word).1 == PENDING;
+        } else if word & RESETTING == 0 {
+            match slots::split(word) {
+                (generation, CANCELLED) => {
+                    self.free_cancelled(due, index, slot, generation, freed);
+                }
+                (_, state) => {
+                    debug_assert_eq!(state, PENDING, "queued slots do not fire");
+                    self.place_at_deadline(due, index, slot);
+                }
+            }
+        }
     }
 
     /// Unlinks a cancelled timer from the wheel, drops its payload, frees its slot.

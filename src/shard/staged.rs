@@ -1,14 +1,21 @@
-//! The shard's side of staging (see `stage`): a producer stages its new timers and hands
-//! them over in batches, and the reaper collects the stages that hold a timer due. (The
-//! owner's cancels of timers still in its stage are in `unstage`.)
+//! The shard's side of staging (see `stage`): a producer stages its new timers, and its
+//! cancels of timers handed over, and hands them over in batches; the reaper collects the
+//! stages that hold a timer due, or cancels once a tidy interval. (The owner's cancels of
+//! timers still in its stage are in `unstage`.)
 //!
 //! A batch is handed over as the stage's list of slot numbers, put in the shard's registry
 //! under its lock (once per `STAGE_LEN` timers), rather than linked through the slots onto
 //! the inbox: linking would make the owner touch every slot again, long after it wrote
 //! it, and with a million timers pending those lines are out of its cache by then.
+//!
+//! A cancel the reaper takes from a stage or the registry may be of a timer still on the
+//! inbox (scheduled straight there, then cancelled): the list of changes settles that by
+//! being taken before the inbox (see the shard's module doc), and cancels taken from the
+//! stages are applied after a look at the inbox that follows their taking (`Due::cancels`).
 
-use super::{Refused, Shard};
+use super::{Refused, Shard, TIDY_INTERVAL};
 use crate::barrier;
+use crate::clock;
 use crate::due::Due;
 use crate::slab::NIL;
 use crate::slots::{self, Freed, PENDING, STAGED, Slot};
@@ -27,6 +34,8 @@ pub(super) struct Registry {
     new: Vec<Arc<Stage>>,
     /// Batches of staged timers (slot numbers) handed over by their owners.
     handed: Vec<Vec<u32>>,
+    /// Batches of cancels (slot numbers) handed over by their owners.
+    cancels: Vec<Vec<u32>>,
     /// Every stage whose owner has not let go: their counts are the shard's.
     pub(super) all: Vec<Arc<Stage>>,
     /// The shard shut down: no stage is registered any more.
@@ -142,6 +151,36 @@ impl<T> Shard<T> {
         Some((index, slot))
     }
 
+    /// The owner, holding `stage`, keeps its cancel of the timer in slot `index` (handed
+    /// over, now `CANCELLED` and `QUEUED`) for the reaper, and hands the stage over once
+    /// `STAGE_LEN` cancels wait.
+    #[inline]
+    pub(super) fn stage_cancel(&self, stage: &Stage, index: u32) {
+        // SAFETY: the caller holds the stage.
+        let waiting = unsafe {
+            stage.with(|held| {
+                held.cancels.push(index);
+                held.cancels.len()
+            })
+        };
+        if waiting == 1 {
+            self.first_cancel_staged(stage);
+        } else if waiting == STAGE_LEN {
+            self.hand_over(stage);
+        }
+    }
+
+    /// The first cancel waits in `stage`: as the first change on the list, it wakes a
+    /// reaper asleep past its tidy interval, so that the cancelled timers' memory comes
+    /// back soon (the hint, then the fence in `notify_sleeping`, against the reaper's plan,
+    /// fence and look at the hints in `may_sleep`).
+    #[cold]
+    #[inline(never)]
+    fn first_cancel_staged(&self, stage: &Stage) {
+        stage.set_cancels(true);
+        self.wakeup.notify_sleeping();
+    }
+
     /// `take_slot` with the stage's batch used up: takes another; false if the shard has
     /// no free slot.
     #[cold]
@@ -222,40 +261,57 @@ impl<T> Shard<T> {
         }
     }
 
-    /// The owner, holding its stage, hands the timers staged over to the reaper as one
-    /// batch, and wakes it if it planned to sleep past the earliest of them.
+    /// The owner, holding its stage, hands the timers staged and the cancels over to the
+    /// reaper as one batch each, and wakes it if it planned to sleep past the earliest
+    /// timer.
     fn hand_over(&self, stage: &Stage) {
         // SAFETY: the caller holds the stage. The next batch starts with the room this one
         // needed.
-        let batch = unsafe {
+        let (batch, cancels) = unsafe {
             stage.with(|held| {
                 let room = held.staged.len();
                 let batch = std::mem::replace(&mut held.staged, Vec::with_capacity(room));
                 for &index in &batch {
                     held.chunks.gave(index);
                 }
-                batch
+                let room = held.cancels.len();
+                let cancels = std::mem::replace(&mut held.cancels, Vec::with_capacity(room));
+                (batch, cancels)
             })
         };
         let min = stage.min().unwrap_or(u64::MAX);
         stage.set_hints(0, u64::MAX);
-        if batch.is_empty() {
+        if !cancels.is_empty() {
+            stage.set_cancels(false);
+        }
+        if batch.is_empty() && cancels.is_empty() {
             return;
         }
-        // The stage is not closed (the owner holds it), so neither is the registry: the
-        // shutdown closes the stages first and takes the batches then (`close_stages`).
-        self.registry().handed.push(batch);
+        {
+            // The stage is not closed (the owner holds it), so neither is the registry: the
+            // shutdown closes the stages first and takes the batches then
+            // (`close_stages`).
+            let mut registry = self.registry();
+            if !batch.is_empty() {
+                registry.handed.push(batch);
+            }
+            if !cancels.is_empty() {
+                registry.cancels.push(cancels);
+            }
+        }
         self.announce();
         // As a push (see `wakeup`): a reaper that planned to sleep past the earliest of
         // them is woken. It may have looked at the stage before they were staged.
-        self.wakeup.notify(min);
+        if min != u64::MAX {
+            self.wakeup.notify(min);
+        }
         self.notify_backlog();
     }
 
     /// The reaper's collection at the end of a pass: picks up new stages, and collects
     /// those that hold a timer due at or before `by` (nanoseconds since the start; all of
-    /// them if a change asked for it), or whose owner let go. Returns how many timers it
-    /// took in.
+    /// them if a change asked for it), cancels once a tidy interval, or whose owner let go.
+    /// Returns how many timers it took in; the cancels wait in `due.cancels`.
     pub(super) fn collect_stages(
         &self,
         due: &mut Due,
@@ -270,12 +326,17 @@ impl<T> Shard<T> {
             let handed = {
                 let mut registry = self.registry();
                 due.stages.append(&mut registry.new);
+                due.cancels.extend(registry.cancels.drain(..).flatten());
                 std::mem::take(&mut registry.handed)
             };
             arrived += self.take_batches(due, freed, handed, between);
         }
         let all = std::mem::take(&mut due.collect_all);
         let shrinking = freed.is_shrinking();
+        let tidy = by >= due.tidy_at;
+        if tidy && due.stages.iter().any(|stage| stage.has_cancels()) {
+            due.tidy_at = by.saturating_add(clock::nanos(TIDY_INTERVAL));
+        }
         let stages = std::mem::take(&mut due.stages);
         // Each stage wanted (its owner let go, a change asked for them all, a shrink wants
         // its free slots, or it holds a timer due) is taken in the steps of
@@ -283,9 +344,16 @@ impl<T> Shard<T> {
         // number of stages.
         let gone: Vec<bool> = stages.iter().map(|stage| stage.is_gone()).collect();
         let mut closed = vec![false; stages.len()];
+        // A stage wanted for its cancels alone keeps its timers: they may yet be cancelled
+        // there, and none is due.
+        let whole: Vec<bool> = stages
+            .iter()
+            .zip(&gone)
+            .map(|(stage, &gone)| all || gone || shrinking || stage.min().is_some_and(|min| min <= by))
+            .collect();
         let mut marked = Vec::new();
         for (at, stage) in stages.iter().enumerate() {
-            if all || gone[at] || shrinking || stage.min().is_some_and(|min| min <= by) {
+            if whole[at] || (tidy && stage.has_cancels()) {
                 if stage.mark_held() {
                     marked.push(at);
                 } else {
@@ -294,8 +362,15 @@ impl<T> Shard<T> {
             }
         }
         let mut take_in = |due: &mut Due, at: usize| {
-            arrived += self.take_stage(due, &stages[at], freed, gone[at] || shrinking);
-            stages[at].release();
+            let stage = &stages[at];
+            if whole[at] {
+                arrived += self.take_stage(due, stage, freed, gone[at] || shrinking);
+            } else {
+                // SAFETY: the stage was just taken.
+                unsafe { stage.with(|held| due.cancels.append(&mut held.cancels)) };
+                stage.set_cancels(false);
+            }
+            stage.release();
         };
         let mut asked = Vec::new();
         if !marked.is_empty() {
@@ -395,10 +470,12 @@ impl<T> Shard<T> {
                     held.chunks.gave(index);
                     self.arrive_slot(due, index, self.slot(index), freed);
                 }
+                due.cancels.append(&mut held.cancels);
                 arrived
             })
         };
         stage.set_hints(0, u64::MAX);
+        stage.set_cancels(false);
         arrived
     }
 
@@ -428,7 +505,11 @@ impl<T> Shard<T> {
             }
         }
         // What owners handed over, before the stages closed or while they waited.
-        let handed = std::mem::take(&mut self.registry().handed);
+        let handed = {
+            let mut registry = self.registry();
+            due.cancels.extend(registry.cancels.drain(..).flatten());
+            std::mem::take(&mut registry.handed)
+        };
         arrived + self.take_batches(due, freed, handed, &mut |_, _| {})
     }
 
@@ -443,7 +524,8 @@ impl<T> Shard<T> {
             .min()
     }
 
-    /// Whether a stage holds a timer due before `wake_at`, or the registry has news: the reaper's last look before it parks (see `stage`). A stage whose
+    /// Whether a stage holds a timer due before `wake_at`, or the registry has news: the
+    /// reaper's last look before it parks (see `stage`). A stage whose
     /// owner the reaper asked to hand over does not count: the owner's push wakes it.
     pub(super) fn stages_due_before(&self, due: &Due, wake_at: u64) -> bool {
         // Relaxed: ordered by the park handshake's fence, as the hints are.
@@ -452,5 +534,10 @@ impl<T> Shard<T> {
                 .stages
                 .iter()
                 .any(|stage| stage.min().is_some_and(|min| min < wake_at) && !stage.is_asked())
+    }
+
+    /// Whether cancels wait in a stage, as last recorded: the reaper tidies (see `run`).
+    pub(super) fn stages_hold_cancels(&self, due: &Due) -> bool {
+        due.stages.iter().any(|stage| stage.has_cancels())
     }
 }

@@ -255,3 +255,46 @@ fn a_stage_that_lets_go_gives_its_batch_of_free_slots_back() {
     }
     assert_eq!(shard.slots.claimed(), 3);
 }
+
+/// The owner's cancel of a timer already handed over (or pushed on the inbox) waits in its
+/// stage, not on the list of changes, and the reaper frees it when it collects the stage:
+/// at once the first time, then once a tidy interval, and only the cancels (the staged
+/// timer stays, as it is not due).
+#[test]
+fn the_owners_cancels_of_timers_handed_over_wait_in_its_stage_for_a_tidy_pass() {
+    let shard = exact_shard();
+    let stage = shard.register_stage().unwrap();
+    let state = |index: u32| slots::split(shard.slot(index).state.load(Ordering::Relaxed));
+    // A staged timer gives the stage a slot in the first chunk; two more go on the inbox.
+    shard.schedule_staged(&stage, 50_000_000, Box::new(0)).unwrap();
+    let inbox: Vec<(u32, u32)> = (1..3)
+        .map(|payload| shard.schedule(50_000_000, Box::new(payload)).unwrap())
+        .collect();
+    let (first, first_generation) = inbox[0];
+    assert!(shard.cancel_from(Some(&stage), first, first_generation));
+    assert!(shard.changes.is_empty(), "not on the list of changes");
+    assert!(stage.has_cancels());
+    assert_eq!(state(first), (first_generation, CANCELLED));
+    let mut due = Due::new();
+    let not_due = |_: Box<u64>| panic!("not due");
+    // The pass takes the cancelled timer off the inbox, then its cancel from the stage.
+    shard.pass(&mut due, 1, &|| 1_000, &not_due);
+    assert_eq!(state(first), (first_generation + 1, slots::FREE), "freed");
+    assert!(!stage.has_cancels());
+    assert_eq!(shard.pending(), 2);
+    let (second, second_generation) = inbox[1];
+    assert!(shard.cancel_from(Some(&stage), second, second_generation));
+    shard.pass(&mut due, 2, &|| 2_000, &not_due);
+    assert_eq!(
+        state(second),
+        (second_generation, CANCELLED),
+        "waits for the tidy interval"
+    );
+    let tidy = 1_000 + clock::nanos(TIDY_INTERVAL);
+    shard.pass(&mut due, tidy / 1_000, &|| tidy, &not_due);
+    assert_eq!(state(second), (second_generation + 1, slots::FREE));
+    assert_eq!(stage.min(), Some(50_000_000), "the staged timer stays");
+    assert_eq!(shard.pending(), 1);
+    let stats = shard.stats();
+    assert_eq!((stats.scheduled, stats.cancelled), (3, 2));
+}

@@ -6,7 +6,7 @@
 //! already handed over, is left to the usual path (see `cancel_from`).
 
 use super::{Cancelled, Shard};
-use crate::slots::{self, CANCELLED, PENDING, QUEUED, RESETTING, STAGED, Slot, Slots};
+use crate::slots::{self, CANCELLED, PENDING, Pin, QUEUED, RESETTING, STAGED, Slot, Slots};
 use crate::stage::{FREE_LEN, Held, Stage};
 use crate::sync::Ordering;
 
@@ -83,7 +83,7 @@ impl<T> Shard<T> {
             self.leave(stage);
             return None;
         };
-        let payload = match self.cancel_pending(slot, index, generation, Some(stage)) {
+        let payload = match self.cancel_pending(slot, index, generation, Some(stage), true) {
             Cancelled::Not => {
                 self.leave(stage);
                 return Some(false);
@@ -102,14 +102,15 @@ impl<T> Shard<T> {
         Some(true)
     }
 
-    /// Slot `index`, looked at without a pin, if the stage whose contents are `held` (held
-    /// by the caller) has a slot in its chunk: no chunk the stage has a slot of is given
-    /// back while the stage is held (see `Chunks`).
+    /// Slot `index`, looked at without a pin, if it lies in a chunk the shard never gives
+    /// back, or the stage whose contents are `held` (held by the caller) has a slot in its
+    /// chunk: no chunk the stage has a slot of is given back while the stage is held (see
+    /// `Chunks`).
     #[inline]
     fn kept_slot(&self, held: &Held, index: u32) -> Option<Slot<'_, T>> {
-        // SAFETY: the stage, held, has a slot in this slot's chunk, which stays with it.
-        held.chunks
-            .has(index)
+        // SAFETY: a chunk the shard never gives back lives as long as the shard; and the
+        // stage, held, keeps a chunk it has a slot in.
+        (Pin::NONE.covers(index) || held.chunks.has(index))
             .then(|| unsafe { self.slots.owned(index) })
             .flatten()
     }

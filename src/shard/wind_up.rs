@@ -20,6 +20,8 @@ impl<T> Shard<T> {
         let arrivals = self.inbox.close();
         self.arrive(due, arrivals, &mut freed, &mut |_, _| {});
         self.apply_changes(due, changes, &mut freed, &mut |_, _| {});
+        // The cancels the stages held, now that the inbox's last timers are in.
+        self.apply_cancels(due, &mut freed, &mut |_, _| {});
         // A held timer names its generation: its slot may have moved on since (cancelled,
         // freed and taken again by a producer that is still to find the inbox closed, so
         // its new timer is not the reaper's to take). A slot in the wheel is current: the

@@ -2,15 +2,20 @@
 //! laid out as the wheel's slab lays out its entries, so that a slot's index says which
 //! chunk holds it and where; and the chunks' memory, made and freed here.
 //!
-//! A chunk holds its slots' controls (state word and change link, 8 bytes each) packed
-//! together at its front, and their bodies (deadline, links, payload) after them. A cancel
-//! touches only the control: with a million timers pending the controls fill 8 MB, which
-//! a last-level cache can keep, while the bodies (32 MB) cannot. With the state word in
-//! the body, engine W1 at a million pending (every cancel names a random timer) spent a
-//! third of the producing thread's time waiting for that word; packed apart, it ran about
-//! 10 % faster against tokio's timers on our 2-core test VM (median of six paired runs).
+//! A chunk holds its slots' controls (the state word, 4 bytes each) packed together at its
+//! front, then their change links (4 bytes each, see `Slot::change_link`), then their
+//! bodies (deadline, links, payload). A cancel touches only the control: with a million
+//! timers pending the controls fill 4 MB, which a last-level cache can keep, while the
+//! bodies (32 MB) cannot. With the state word in the body, engine W1 at a million pending
+//! (every cancel names a random timer) spent a third of the producing thread's time
+//! waiting for that word; packed apart, it ran about 10 % faster against tokio's timers on
+//! our 2-core test VM (median of six paired runs). The change link had its place beside
+//! the state word until the owner's cancels went through its stage (see `stage`): then
+//! only a cancel from another thread, or a reset, writes it, and out of the control it
+//! halves the lines a million controls take.
 
 use super::{Body, Control, Slot};
+use crate::sync::AtomicU32;
 use crate::slab;
 use std::alloc::Layout;
 
@@ -39,22 +44,33 @@ pub(super) fn first_index(chunk: usize) -> u32 {
     slab::first_index::<FIRST_CHUNK_BITS>(chunk) as u32
 }
 
-/// Where a chunk of `len` slots keeps its bodies: after the controls, aligned for a body.
-/// The arithmetic is unchecked: `chunk_layout` checks it for every chunk before the chunk
-/// exists, and the offset is below the size it checked.
-fn bodies_offset<T>(len: usize) -> usize {
-    (len * size_of::<Control>()).next_multiple_of(align_of::<Body<T>>())
+/// Where a chunk of `len` slots keeps its change links: right after the controls (both are
+/// 4-byte words). Unchecked, as `bodies_offset`.
+fn links_offset(len: usize) -> usize {
+    len * size_of::<Control>()
 }
 
-/// The memory layout of a chunk of `len` slots: `len` controls, then `len` bodies (at
-/// `bodies_offset`).
+/// Where a chunk of `len` slots keeps its bodies: after the controls and the change links,
+/// aligned for a body. The arithmetic is unchecked: `chunk_layout` checks it for every
+/// chunk before the chunk exists, and the offset is below the size it checked.
+fn bodies_offset<T>(len: usize) -> usize {
+    (links_offset(len) + len * size_of::<AtomicU32>()).next_multiple_of(align_of::<Body<T>>())
+}
+
+/// The memory layout of a chunk of `len` slots: `len` controls, `len` change links (at
+/// `links_offset`), then `len` bodies (at `bodies_offset`).
 fn chunk_layout<T>(len: usize) -> Layout {
     // A chunk holds at most 2^31 slots of a few words and a payload, far below `isize::MAX`
     // bytes for any payload that fits in memory; the checks say so rather than assume it.
     // A body has atomics, so the size is not 0.
-    let (layout, bodies) = Layout::array::<Control>(len)
-        .and_then(|controls| controls.extend(Layout::array::<Body<T>>(len)?))
+    let (layout, links, bodies) = Layout::array::<Control>(len)
+        .and_then(|controls| {
+            let (layout, links) = controls.extend(Layout::array::<AtomicU32>(len)?)?;
+            let (layout, bodies) = layout.extend(Layout::array::<Body<T>>(len)?)?;
+            Ok((layout, links, bodies))
+        })
         .expect("chunks fit in memory");
+    debug_assert_eq!(links, links_offset(len));
     debug_assert_eq!(bodies, bodies_offset::<T>(len));
     crate::pages::huge_aligned(layout)
 }
@@ -80,11 +96,12 @@ pub(super) fn new_chunk<T>(len: usize, huge: bool) -> *mut u8 {
             std::alloc::handle_alloc_error(layout);
         }
         for offset in 0..len {
-            let (control, body) = parts::<T>(base, len, offset);
-            // SAFETY: both lie in the block just allocated for `len` slots, aligned for
-            // their types, and are written once, before anyone reads them.
+            let (control, link, body) = parts::<T>(base, len, offset);
+            // SAFETY: all three lie in the block just allocated for `len` slots, aligned
+            // for their types, and are written once, before anyone reads them.
             unsafe {
                 control.cast_mut().write(Control::new());
+                link.cast_mut().write(AtomicU32::new(0));
                 body.cast_mut().write(Body::new());
             }
         }
@@ -94,15 +111,23 @@ pub(super) fn new_chunk<T>(len: usize, huge: bool) -> *mut u8 {
     crate::pages::allocate_zeroed(layout, huge)
 }
 
-/// The control and body of the slot at `offset` of a chunk of `len` slots at `base`, as
-/// pointers: in bounds if `offset < len` (only the arithmetic is done here).
-fn parts<T>(base: *mut u8, len: usize, offset: usize) -> (*const Control, *const Body<T>) {
+/// The control, change link and body of the slot at `offset` of a chunk of `len` slots at
+/// `base`, as pointers: in bounds if `offset < len` (only the arithmetic is done here).
+fn parts<T>(
+    base: *mut u8,
+    len: usize,
+    offset: usize,
+) -> (*const Control, *const AtomicU32, *const Body<T>) {
     let control = base.cast::<Control>().wrapping_add(offset);
+    let link = base
+        .wrapping_add(links_offset(len))
+        .cast::<AtomicU32>()
+        .wrapping_add(offset);
     let body = base
         .wrapping_add(bodies_offset::<T>(len))
         .cast::<Body<T>>()
         .wrapping_add(offset);
-    (control, body)
+    (control, link, body)
 }
 
 /// The slot at `offset` of chunk `chunk`, whose memory starts at `base`.
@@ -112,11 +137,11 @@ fn parts<T>(base: *mut u8, len: usize, offset: usize) -> (*const Control, *const
 /// `base` came from `new_chunk(chunk_len(chunk))`, `offset` is below `chunk_len(chunk)`,
 /// and the chunk is not freed while the slot is used.
 pub(super) unsafe fn slot_at<'a, T>(base: *mut u8, chunk: usize, offset: usize) -> Slot<'a, T> {
-    let (control, body) = parts::<T>(base, chunk_len(chunk), offset);
-    // SAFETY: both are in the chunk (`offset` is in bounds) and initialised (zeroed ones
-    // are valid, see `new_chunk`), and the memory outlives the borrow, by the caller's
-    // contract.
-    unsafe { Slot::new(&*control, &*body) }
+    let (control, link, body) = parts::<T>(base, chunk_len(chunk), offset);
+    // SAFETY: all three are in the chunk (`offset` is in bounds) and initialised (zeroed
+    // ones are valid, see `new_chunk`), and the memory outlives the borrow, by the
+    // caller's contract.
+    unsafe { Slot::new(&*control, &*link, &*body) }
 }
 
 /// Asks the CPU to bring the slot at `offset` of chunk `chunk` (at `base`) into its cache:
@@ -124,7 +149,7 @@ pub(super) unsafe fn slot_at<'a, T>(base: *mut u8, chunk: usize, offset: usize) 
 #[cfg(all(target_arch = "x86_64", not(loom), not(miri)))]
 pub(super) fn prefetch<T>(base: *mut u8, chunk: usize, offset: usize) {
     use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-    let (control, body) = parts::<T>(base, chunk_len(chunk), offset);
+    let (control, _, body) = parts::<T>(base, chunk_len(chunk), offset);
     // SAFETY: a prefetch reads no memory the program sees and never faults, whatever the
     // address.
     unsafe {
@@ -144,12 +169,13 @@ pub(super) unsafe fn dealloc_chunk<T>(base: *mut u8, chunk: usize) {
     let len = chunk_len(chunk);
     #[cfg(loom)]
     for offset in 0..len {
-        let (control, body) = parts::<T>(base, len, offset);
-        // SAFETY: `new_chunk` wrote both, and the caller gives the chunk up: they are
+        let (control, link, body) = parts::<T>(base, len, offset);
+        // SAFETY: `new_chunk` wrote all three, and the caller gives the chunk up: they are
         // dropped once (loom's atomics and cells have drop glue; a payload cell's
         // `MaybeUninit` drops no `T`).
         unsafe {
             control.cast_mut().drop_in_place();
+            link.cast_mut().drop_in_place();
             body.cast_mut().drop_in_place();
         }
     }

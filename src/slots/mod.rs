@@ -104,12 +104,10 @@ pub(crate) const fn next_generation(generation: u32) -> u32 {
     (generation + 1) % GENERATIONS
 }
 
-/// The words of a slot that a cancel touches, kept apart from its body (see `chunk`).
+/// The word of a slot that a cancel touches, kept apart from its body (see `chunk`).
 pub(crate) struct Control {
     /// Generation and state (see `word`).
     state: AtomicU32,
-    /// Next slot in the shard's list of changes (cancels and resets).
-    change_link: AtomicU32,
 }
 
 impl Control {
@@ -118,13 +116,12 @@ impl Control {
     fn new() -> Self {
         Control {
             state: AtomicU32::new(word(0, FREE)),
-            change_link: AtomicU32::new(0),
         }
     }
 }
 
 /// The rest of a slot: with a 16-byte payload, 32 bytes, so that no body straddles two
-/// cache lines (and with its control a slot is 40 bytes).
+/// cache lines (and with its control and change link a slot is 40 bytes).
 pub(crate) struct Body<T> {
     /// The tick it is due at; written by the producer before it publishes the slot, and
     /// after that only by a `reset` holding the `RESETTING` flag. In the first free slot
@@ -147,11 +144,13 @@ pub(crate) struct Body<T> {
 
 
 /// One timer slot, shared between the producers, cancellers and the reaper: its control
-/// words, and its body (through `Deref`), which live apart in their chunk (see `chunk`).
+/// word, change link and body (through `Deref`), which live apart in their chunk (see
+/// `chunk`).
 pub(crate) struct Slot<'a, T> {
     /// Generation and state (see `word`).
     pub(crate) state: &'a AtomicU32,
-    /// Next slot in the shard's list of changes (cancels and resets).
+    /// Next slot in the shard's list of changes: cancels from a thread without its stage
+    /// at hand, and resets (the owner's cancels go through its stage, see `stage`).
     pub(crate) change_link: &'a AtomicU32,
     body: &'a Body<T>,
 }
@@ -173,10 +172,10 @@ impl<T> std::ops::Deref for Slot<'_, T> {
 }
 
 impl<'a, T> Slot<'a, T> {
-    fn new(control: &'a Control, body: &'a Body<T>) -> Self {
+    fn new(control: &'a Control, change_link: &'a AtomicU32, body: &'a Body<T>) -> Self {
         Slot {
             state: &control.state,
-            change_link: &control.change_link,
+            change_link,
             body,
         }
     }
@@ -281,7 +280,7 @@ impl Pin {
     }
 
     /// Whether a lookup of slot `index` under this is safe.
-    fn covers(&self, index: u32) -> bool {
+    pub(crate) fn covers(&self, index: u32) -> bool {
         self.0.is_some() || kept(index)
     }
 }

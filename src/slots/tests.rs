@@ -396,9 +396,9 @@ fn concurrent_takers_get_distinct_slots() {
 
 #[test]
 fn a_slot_with_a_16_byte_payload_is_40_bytes() {
-    // Control (state word, change link) and body (deadline, two links, payload): W4's
+    // Control (state word), change link and body (deadline, two links, payload): W4's
     // memory per pending timer. A 32-byte body never straddles two cache lines.
-    assert_eq!(std::mem::size_of::<Control>(), 8);
+    assert_eq!(std::mem::size_of::<Control>(), 4);
     assert_eq!(std::mem::size_of::<Body<[u8; 16]>>(), 32);
     assert_eq!(std::mem::size_of::<Body<crate::Callback>>(), 32);
 }
@@ -412,17 +412,21 @@ fn a_chunk_packs_the_controls_apart_from_the_bodies() {
         let slot = slots.get(index, &pin).unwrap();
         (
             slot.state as *const AtomicU32 as usize,
+            slot.change_link as *const AtomicU32 as usize,
             &*slot as *const Body<[u8; 16]> as usize,
         )
     };
-    let (first_state, first_body) = at(taken[0]);
+    let (first_state, first_link, first_body) = at(taken[0]);
+    assert!(first_link >= first_state + 4 * 64, "the links after the controls");
     for &index in &taken {
-        let (state, body) = at(index);
+        let (state, link, body) = at(index);
         let offset = (index - taken[0]) as usize;
-        // The controls one after another, 8 bytes each, and the bodies after them all.
-        assert_eq!(state, first_state + 8 * offset);
+        // The controls one after another, 4 bytes each, then the change links, and the
+        // bodies after them all.
+        assert_eq!(state, first_state + 4 * offset);
+        assert_eq!(link, first_link + 4 * offset);
         assert_eq!(body, first_body + 32 * offset);
-        assert!(body >= first_state + 8 * 64, "slot {index}'s body among the controls");
+        assert!(body >= first_link + 4 * 64, "slot {index}'s body among the links");
     }
 }
 

@@ -321,7 +321,8 @@ impl<T: Send + 'static> Timer<T> {
     /// the reaper: its payload is dropped on the calling thread before `cancel` returns,
     /// and its slot is that thread's next. Otherwise the payload is dropped on the reaper,
     /// which frees the slot on its next pass (while cancels keep coming, it takes them in
-    /// batches: every 10 ms, or once 4,096 wait); except during a shutdown: a cancel that
+    /// batches: every 10 ms, or once 4,096 wait; the scheduling thread's own cancels wait
+    /// in its batch, and go over with it); except during a shutdown: a cancel that
     /// comes after the reaper stopped taking cancels drops the payload itself, on the
     /// calling thread, before it returns.
     ///
