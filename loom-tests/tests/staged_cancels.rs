@@ -93,3 +93,31 @@ fn shutdown_with_cancels_in_a_stage_drops_each_payload_once() {
         ));
     });
 }
+
+/// The owner cancels a timer already taken in, which keeps the cancel in its stage, and
+/// exits (lets the stage go) while the reaper makes passes: the reaper collects the
+/// stage of an owner gone, cancels and all, and drops the payload once.
+#[test]
+fn a_thread_exiting_with_cancels_in_its_stage_leaves_them_to_the_reaper() {
+    loom::model(|| {
+        let h = Harness::new();
+        let stage = h.shard.register_stage().unwrap();
+        let (slot, generation) = h.shard.schedule(50, h.payload(1)).unwrap();
+        let mut due = Due::new();
+        h.pass(&mut due, 10);
+        let owner = {
+            let h = h.clone();
+            thread::spawn(move || {
+                assert!(h.shard.cancel_from(Some(&stage), slot, generation));
+                stage.let_go();
+            })
+        };
+        h.pass(&mut due, 10);
+        owner.join().unwrap();
+        h.pass(&mut due, 10);
+        assert_eq!(h.drops(), 1, "dropped once, by the reaper");
+        assert_eq!(h.shard.pending(), 0);
+        assert!(h.shard.wind_up(&mut due).is_empty());
+        assert_eq!(h.drops(), 1);
+    });
+}
