@@ -13,7 +13,7 @@
 //! being taken before the inbox (see the shard's module doc), and cancels taken from the
 //! stages are applied after a look at the inbox that follows their taking (`Due::cancels`).
 
-use super::{Refused, Shard, TIDY_INTERVAL};
+use super::{PREFETCH_AHEAD, Refused, Shard, TIDY_INTERVAL};
 use crate::barrier;
 use crate::clock;
 use crate::due::Due;
@@ -421,7 +421,13 @@ impl<T> Shard<T> {
             arrived += batch.len() as u64;
             // Newest first, as the inbox hands timers over: timers overdue by the same
             // pass then fire oldest first.
-            for index in batch.into_iter().rev() {
+            // The slots come in out of the owner's cache: fetched a few ahead, their
+            // misses overlap.
+            for at in (0..batch.len()).rev() {
+                if let Some(ahead) = at.checked_sub(PREFETCH_AHEAD) {
+                    self.slots.prefetch(batch[ahead]);
+                }
+                let index = batch[at];
                 self.arrive_slot(due, index, self.slot(index), freed);
             }
             between(due, freed);

@@ -75,9 +75,12 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// reaper's planned wake-up goes to it at once, and the reaper wakes for the earliest
 /// timer waiting in any batch, so no timer fires late for waiting there. Most timers are
 /// cancelled soon after they are made; cancelled by their own thread while they wait,
-/// they cost no work on the reaper and no cache line shared with it. The slots the reaper
-/// frees come back the same way: a pass's worth at a time, which a thread takes whole for
-/// its next timers. A thread that exits leaves its batch and its free slots to the reaper.
+/// they cost no work on the reaper and no cache line shared with it. Cancelled by their
+/// own thread after they went over, they wait in its batch too, for the reaper to free
+/// them (it takes them with the batch, or every 10 ms): the cancel writes only the
+/// timer's state word. The slots the reaper frees come back the same way: a pass's worth
+/// at a time, which a thread takes whole for its next timers. A thread that exits leaves
+/// its batch and its free slots to the reaper.
 ///
 /// A reaper that has work waits for a core where producers keep every core busy, and a
 /// producer holding its core would otherwise run out its time slice first. So a thread
