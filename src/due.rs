@@ -57,6 +57,12 @@ impl Due {
         Due::default()
     }
 
+    /// The next pass collects the cancels every stage holds, whenever it last did: a
+    /// manual timer's `advance` takes in every cancel made since the last.
+    pub(crate) fn tidy_now(&mut self) {
+        self.tidy_at = 0;
+    }
+
     /// Holds a timer until its deadline.
     pub(crate) fn hold(&mut self, near: Near) {
         self.near.push(Reverse(near));

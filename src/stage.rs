@@ -15,8 +15,9 @@
 //! linking the slot onto the shard's list of changes: with a million timers pending, the
 //! link was a second word a cancel wrote, beside the state, and a compare-and-swap on a
 //! line the reaper takes back each pass. The cancels go over with the timers, or when
-//! `STAGE_LEN` of them wait, and the reaper collects a stage that holds some every tidy
-//! interval, as it takes cancels from the list of changes.
+//! `STAGE_LEN` of them wait, and the reaper collects a stage that holds some once a tidy
+//! interval (if its owner is out then: it does not ask for them, which would make the
+//! owner hand over its timers too), and at every pass of a manual timer.
 //!
 //! Who may touch the stage's contents is settled by two words, each written by one side
 //! only: the owner's says whether it is inside (and which of the reaper's requests it has
@@ -46,7 +47,7 @@
 //! inbox does (`wakeup`): the owner stages, issues a SeqCst fence and reads the plan; the
 //! reaper stores the plan, issues a SeqCst fence and reads the stages' `len` and `min`.
 //! A thread that exits leaves its stage to the reaper, which collects it and forgets it
-//! (`let_go`): the plan already covers its timers.
+//! (`let_go`): the plan already covers its timers, and the tidy interval its cancels.
 //!
 //! The owner's steps are `#[inline]`, as are the few-instruction helpers they use elsewhere
 //! (`barrier::light`, `Wakeup::plans_past`, `Pin::for_slot`): a shard is generic over its
@@ -287,7 +288,7 @@ impl Stage {
                 return Take::Closed;
             }
             barrier::heavy();
-            if self.settle() == Take::Taken {
+            if self.settle(true) == Take::Taken {
                 return Take::Taken;
             }
             barrier::heavy();
@@ -311,9 +312,12 @@ impl Stage {
 
     /// The reaper's second step, after `mark_held` and a `barrier::heavy` (Dekker's
     /// handshake with `try_own`): `Taken` if the owner is out; otherwise the reaper lets go
-    /// of the mark and asks the owner for its timers, unless a request is unanswered, and
-    /// `Asked` says to follow with a `barrier::heavy` and `left_unasked`.
-    pub(crate) fn settle(&self) -> Take {
+    /// of the mark and, if `ask`, asks the owner for its timers, unless a request is
+    /// unanswered, and `Asked` says to follow with a `barrier::heavy` and `left_unasked`.
+    /// (Without `ask`, `Asked` only says the reaper let go: it wanted the stage's cancels,
+    /// which can wait for the next tidy interval rather than make the owner hand its
+    /// timers over, see `Shard::collect_stages`.)
+    pub(crate) fn settle(&self, ask: bool) -> Take {
         // Acquire: sees what the owner did inside before it left (its Release in `leave`).
         let owner = self.owner.load(Ordering::Acquire);
         if owner & INSIDE == 0 {
@@ -321,7 +325,7 @@ impl Stage {
         }
         // Relaxed: the reaper's own word.
         let mut word = self.reaper.load(Ordering::Relaxed) & !HOLD;
-        if asks(word) == answered(owner) {
+        if ask && asks(word) == answered(owner) {
             word = word.wrapping_add(ASK);
         }
         self.reaper.store(word, Ordering::Relaxed);

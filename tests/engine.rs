@@ -545,3 +545,43 @@ fn short_lived_timers_due_far_ahead_do_not_wake_the_reaper() {
         stats.slots
     );
 }
+
+/// Counts its drops: a callback that captures it counts when it is dropped, run or not.
+struct CountDrop(Arc<AtomicUsize>);
+
+impl Drop for CountDrop {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// A manual timer's `advance` takes in every cancel made since the last one, whether or
+/// not time moved: those of timers already handed to the reaper, which wait in the
+/// cancelling thread's batch (the 10 ms tidy interval of a running timer's reaper does
+/// not hold them there).
+#[test]
+fn a_manual_timers_advance_drops_every_payload_cancelled_since_the_last() {
+    let timer = Timer::builder().shards(1).manual().build().unwrap();
+    let dropped = Arc::new(AtomicUsize::new(0));
+    let guarded = |delay_ms| {
+        let guard = CountDrop(Arc::clone(&dropped));
+        timer
+            .schedule(Duration::from_millis(delay_ms), move || drop(guard))
+            .unwrap()
+    };
+    guarded(5);
+    let (second, third) = (guarded(100), guarded(100));
+    // The first is due: the reaper takes the thread's batch in, all three.
+    timer.advance(Duration::from_millis(5)).unwrap();
+    assert_eq!(dropped.load(Ordering::SeqCst), 1, "the first ran");
+    for (handle, drops) in [(second, 2), (third, 3)] {
+        assert!(timer.cancel(handle));
+        timer.advance(Duration::ZERO).unwrap();
+        assert_eq!(
+            dropped.load(Ordering::SeqCst),
+            drops,
+            "dropped at the advance"
+        );
+    }
+    assert_eq!(timer.pending(), 0);
+}

@@ -13,6 +13,9 @@ use loom::thread;
 use shardwheel::loom_api::{Due, Refused};
 use support::Harness;
 
+/// The reaper's tidy interval (`TIDY_INTERVAL`, 10 ms), in nanoseconds.
+const TIDY_INTERVAL_NANOS: u64 = 10_000_000;
+
 /// The owner schedules two timers due at 50 straight onto the inbox, stages one due at
 /// 100 (so its stage has a slot in the chunk of the next: it may look at the slots there
 /// without a pin, and keeps its cancel), then puts a fourth on the inbox and cancels it,
@@ -52,9 +55,10 @@ fn a_cancel_taken_from_a_stage_waits_for_its_timer_on_the_inbox() {
 }
 
 /// The owner cancels two timers already handed over (the second fills its stage's
-/// cancels, and it hands them over) while the shard shuts down: each payload is dropped
-/// once, by the wind-up or by the canceller whose change came too late, and none is
-/// handed back.
+/// cancels, and it hands them over) while the shard shuts down: each timer is either
+/// cancelled or handed back by the wind-up, and each payload is dropped once (by the
+/// wind-up's cancels, by the canceller whose change came too late, or with what was
+/// handed back).
 #[test]
 fn shutdown_with_cancels_in_a_stage_drops_each_payload_once() {
     loom::model(|| {
@@ -119,5 +123,47 @@ fn a_thread_exiting_with_cancels_in_its_stage_leaves_them_to_the_reaper() {
         assert_eq!(h.shard.pending(), 0);
         assert!(h.shard.wind_up(&mut due).is_empty());
         assert_eq!(h.drops(), 1);
+    });
+}
+
+/// The owner's first cancel into its stage as the reaper, with nothing else to do, plans
+/// to sleep until 100: the reaper is woken, or sees the cancel waiting before it parks,
+/// and drops the payload. The reaper loops as `Shard::run` does: a pass that leaves it
+/// tidying has it sleep for the tidy interval (here: the clock moves on by it), any other
+/// sleep lasts until it is woken (a park with no timeout: a cancel slept on parks it for
+/// ever, which loom reports).
+#[test]
+fn a_cancel_staged_as_the_reaper_plans_to_sleep_is_not_slept_on() {
+    loom::model(|| {
+        let h = Harness::new();
+        let stage = h.shard.register_stage().unwrap();
+        let (slot, generation) = h.shard.schedule(50, h.payload(1)).unwrap();
+        let reaper = {
+            let h = h.clone();
+            thread::spawn(move || {
+                h.shard.register_reaper();
+                let mut due = Due::new();
+                let mut elapsed = 0;
+                loop {
+                    let time = elapsed;
+                    let tidying = h.shard.pass(&mut due, 0, &|| time, &|_| {});
+                    if h.drops() == 1 {
+                        break;
+                    }
+                    if h.shard.may_sleep(&due, 100, tidying) {
+                        if tidying {
+                            // The others run meanwhile.
+                            elapsed += TIDY_INTERVAL_NANOS;
+                            thread::yield_now();
+                        } else {
+                            thread::park();
+                        }
+                    }
+                }
+            })
+        };
+        assert!(h.shard.cancel_from(Some(&stage), slot, generation));
+        reaper.join().unwrap();
+        assert_eq!(h.shard.pending(), 0);
     });
 }

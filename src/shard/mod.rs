@@ -2,7 +2,8 @@
 //!
 //! Producers take a slot, write the payload and deadline, mark it `PENDING` and push it on
 //! the inbox; cancellers and resetters change the slot's state word (see `slots`) and push
-//! it on the list of changes. The reaper is the only thread that touches the shard's
+//! it on the list of changes (a thread cancelling on a shard it has a stage on keeps the
+//! slot's number in its stage instead, see `staged`). The reaper is the only thread that touches the shard's
 //! wheel (or, while it is held up, a sibling's reaper in its place, holding the wheel's
 //! lock: `rescue`), whose entries are the slots themselves (`filing`): each pass it takes
 //! the changes, then the inbox, links the new timers into the wheel, moves the reset
@@ -12,7 +13,8 @@
 //! Taking the changes *before* the inbox is what lets a pass trust that every changed slot
 //! it sees has already arrived: a handle only exists once its slot was pushed on the inbox,
 //! so that push happens before any change of it, and a swap that sees the change is
-//! followed by a swap that sees the push.
+//! followed by a swap that sees the push. Cancels taken from the stages, later in the
+//! pass, are applied after another look at the inbox, for the same reason.
 //!
 //! Before parking, the reaper publishes the tick it plans to wake at and looks at both
 //! inboxes once more; producers unpark it only for a deadline earlier than that plan

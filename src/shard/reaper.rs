@@ -1,8 +1,9 @@
 //! The reaper's side of a shard: each pass takes the changes, then the arrivals (see the
 //! shard's module doc for why in that order), links new timers into the wheel, moves reset
-//! ones, unlinks and frees cancelled ones, fires what is due (claiming each slot from
-//! `PENDING`, so a timer fires once or is cancelled, never both), and the loop parks until
-//! the next deadline.
+//! ones, unlinks and frees cancelled ones (those on the list of changes, then those it
+//! collected from the stages, after another look at the inbox: see `staged`), fires what
+//! is due (claiming each slot from `PENDING`, so a timer fires once or is cancelled, never
+//! both), and the loop parks until the next deadline.
 
 use super::early::EarlyWake;
 use super::nap::Naps;
@@ -195,7 +196,8 @@ impl<T> Shard<T> {
         // already due come in now; the reaper wakes for the others (see `stage`).
         let mut arrived =
             arrived + self.collect_stages(due, &mut freed, elapsed(), &mut catch_up);
-        if !due.cancels.is_empty() {
+        let staged_cancels = !due.cancels.is_empty();
+        if staged_cancels {
             // A cancel taken from a stage may be of a timer pushed on the inbox since the
             // look above (see `staged`): another look first.
             let arrivals = self.inbox.take_all();
@@ -209,7 +211,7 @@ impl<T> Shard<T> {
         let mut stats = self.reaper_stats();
         stats.pass(arrived, changed);
         stats.cascaded = due.wheel.cascaded();
-        changes != NIL || due.shrinking || self.stages_hold_cancels(due)
+        changes != NIL || staged_cancels || due.shrinking || self.stages_hold_cancels(due)
     }
 
     /// Fires every timer due at tick `now`: with exact deadlines, those whose deadline has

@@ -301,9 +301,13 @@ impl<T> Shard<T> {
         }
         self.announce();
         // As a push (see `wakeup`): a reaper that planned to sleep past the earliest of
-        // them is woken. It may have looked at the stage before they were staged.
+        // them is woken. It may have looked at the stage before they were staged. Cancels
+        // alone wake it as a first change does (the same fence orders the news before
+        // the look at its plan).
         if min != u64::MAX {
             self.wakeup.notify(min);
+        } else {
+            self.wakeup.notify_sleeping();
         }
         self.notify_backlog();
     }
@@ -376,8 +380,10 @@ impl<T> Shard<T> {
         if !marked.is_empty() {
             barrier::heavy();
             for at in marked {
-                match stages[at].settle() {
+                match stages[at].settle(whole[at]) {
                     Take::Taken => take_in(due, at),
+                    // Wanted for its cancels alone: they wait for the next tidy interval.
+                    _ if !whole[at] => {}
                     _ => asked.push(at),
                 }
             }

@@ -10,9 +10,10 @@
 //! (every cancel names a random timer) spent a third of the producing thread's time
 //! waiting for that word; packed apart, it ran about 10 % faster against tokio's timers on
 //! our 2-core test VM (median of six paired runs). The change link had its place beside
-//! the state word until the owner's cancels went through its stage (see `stage`): then
-//! only a cancel from another thread, or a reset, writes it, and out of the control it
-//! halves the lines a million controls take.
+//! the state word until cancels went through the cancelling thread's stage (see `stage`):
+//! then only a reset, or a cancel that cannot use a stage (the thread has none on the
+//! shard, or the reaper holds it), writes it, and out of the control it halves the lines
+//! a million controls take.
 
 use super::{Body, Control, Slot};
 use crate::sync::AtomicU32;

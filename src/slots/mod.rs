@@ -28,8 +28,10 @@
 //!   flag, and frees none with `RESETTING`, so a reset never writes a deadline into a slot
 //!   that has moved on to another timer. A cancel during a reset still wins at once (it
 //!   marks the slot `CANCELLED` and leaves the flag for the resetter to clear).
-//! - `QUEUED` says the slot is on the shard's list of changes (cancels and resets), so it
-//!   is pushed there at most once at a time; the reaper clears it as it takes the change.
+//! - `QUEUED` says the slot's change is on its way to the reaper: on the shard's list of
+//!   changes (resets, and cancels), so it is pushed there at most once at a time, or, for
+//!   a cancel made by a thread holding its stage, in that stage's cancels (see `stage`);
+//!   the reaper clears it as it takes the change.
 //! - `STAGED` says the timer waits in its producer's stage (see `stage`), not yet handed to
 //!   the reaper: a cancel then pushes no change, and the stage's holder (its owner
 //!   handing it over, or the reaper collecting it) clears the flag and frees the slot if
@@ -71,7 +73,7 @@ pub(crate) const CANCELLED: u32 = 3;
 const STATE_MASK: u32 = 3;
 /// Flag: a `reset` owns the slot's deadline field (see the module doc).
 pub(crate) const RESETTING: u32 = 4;
-/// Flag: the slot is on the shard's list of changes.
+/// Flag: the slot's change is on its way to the reaper (see the module doc).
 pub(crate) const QUEUED: u32 = 8;
 /// Flag: the timer is staged (see `stage`): it has not reached the reaper yet, so a cancel
 /// pushes no change, and whoever hands it over frees it if it was cancelled.

@@ -99,6 +99,7 @@ impl<T: Send + 'static> Timer<T> {
         let now = self.scheduler.clock().tick_at(elapsed);
         let advancing = Advancing::enter(state_lock);
         for (shard, due) in self.scheduler.shards().iter().zip(&mut manual.reapers) {
+            due.tidy_now();
             shard.pass(due, now, &|| elapsed, &*manual.handler);
         }
         drop(advancing);

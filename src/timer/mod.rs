@@ -75,10 +75,11 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// reaper's planned wake-up goes to it at once, and the reaper wakes for the earliest
 /// timer waiting in any batch, so no timer fires late for waiting there. Most timers are
 /// cancelled soon after they are made; cancelled by their own thread while they wait,
-/// they cost no work on the reaper and no cache line shared with it. Cancelled by their
-/// own thread after they went over, they wait in its batch too, for the reaper to free
-/// them (it takes them with the batch, or every 10 ms): the cancel writes only the
-/// timer's state word. The slots the reaper frees come back the same way: a pass's worth
+/// they cost no work on the reaper and no cache line shared with it. A thread's cancels
+/// of timers already handed over, on a shard it schedules on, wait in its batch too, for
+/// the reaper to free them (it takes them with the batch, or every 10 ms when the thread
+/// is not inside a schedule or cancel; a manual timer at every `advance`): such a cancel
+/// writes only the timer's state word. The slots the reaper frees come back the same way: a pass's worth
 /// at a time, which a thread takes whole for its next timers. A thread that exits leaves
 /// its batch and its free slots to the reaper.
 ///
@@ -324,8 +325,9 @@ impl<T: Send + 'static> Timer<T> {
     /// the reaper: its payload is dropped on the calling thread before `cancel` returns,
     /// and its slot is that thread's next. Otherwise the payload is dropped on the reaper,
     /// which frees the slot on its next pass (while cancels keep coming, it takes them in
-    /// batches: every 10 ms, or once 4,096 wait; the scheduling thread's own cancels wait
-    /// in its batch, and go over with it); except during a shutdown: a cancel that
+    /// batches: every 10 ms, or once 4,096 wait; the cancels of a thread that schedules on
+    /// the timer's shard wait in its batch, and go over with it); except during a
+    /// shutdown: a cancel that
     /// comes after the reaper stopped taking cancels drops the payload itself, on the
     /// calling thread, before it returns.
     ///
