@@ -21,10 +21,11 @@
 //! (`wakeup` has the handshake and why no wake-up is lost). While the reaper works,
 //! producers make no system call at all.
 //!
-//! The reaper's passes (`reaper`), its wheel over the slots (`filing`), the stages' side
-//! (`staged`), the rescue of a sibling's held-up reaper (`rescue`) and the shutdown's
-//! wind-up (`wind_up`) have modules of their own.
+//! Cancels and resets (`changes`), the reaper's passes (`reaper`), its wheel over the
+//! slots (`filing`), the stages' side (`staged`), the rescue of a sibling's held-up reaper
+//! (`rescue`) and the shutdown's wind-up (`wind_up`) have modules of their own.
 
+mod changes;
 mod early;
 mod filing;
 mod nap;
@@ -43,13 +44,14 @@ use crate::due::Due;
 use crate::inbox::{Closed, Inbox};
 use crate::observe;
 use crate::slots::{
-    self, CANCELLED, FIRING, FLAGS, Freed, PENDING, Pin, QUEUED, RESETTING, STAGED, Slot, Slots,
+    self, Freed, PENDING, Slot, Slots,
 };
 use crate::stage::Stage;
 use crate::stats::{Counts, ShardStats};
 use crate::sync::{self, AtomicBool, AtomicU32, AtomicU64, Ordering};
 use crate::wakeup::Wakeup;
 use crossbeam_utils::CachePadded;
+use changes::Cancelled;
 use staged::Registry;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -92,17 +94,6 @@ pub enum Refused<T> {
     Full(T),
     /// The reaper has shut down.
     Closed(T),
-}
-
-/// What `Shard::cancel_pending` did.
-pub(super) enum Cancelled<T> {
-    /// Nothing: the handle names no pending timer.
-    Not,
-    /// Cancelled, and handed to whoever frees it; the payload, if the caller is to drop
-    /// it (the reaper refused the change as it wound up).
-    Done(Option<T>),
-    /// Cancelled while staged: the stage's holder frees it.
-    Staged,
 }
 
 /// One shard of a timer engine (see the module doc).
@@ -391,199 +382,6 @@ impl<T> Shard<T> {
         let mut freed = Freed::new();
         self.slots.release(index, slot, generation, &mut freed);
         self.slots.recycle(&mut freed);
-    }
-
-    /// Cancels the timer in slot `index` of generation `generation`; true if it was pending
-    /// (it will never run now), false for a fired, cancelled or unknown one.
-    #[cfg(any(test, loom))]
-    pub fn cancel(&self, index: u32, generation: u32) -> bool {
-        self.cancel_from(None, index, generation)
-    }
-
-    /// `cancel`, from the thread that owns `stage` (if given): a timer still staged there
-    /// is taken out at once, and its slot kept for the thread's next timer; and the owner
-    /// looks at the slot without a pin where its stage allows (see `cancel_owned`).
-    pub fn cancel_from(&self, stage: Option<&Stage>, index: u32, generation: u32) -> bool {
-        if let Some(cancelled) = stage.and_then(|stage| self.cancel_owned(stage, index, generation))
-        {
-            return cancelled;
-        }
-        // Pinned if need be: a stale handle's slot may be in a chunk the reaper gives back
-        // meanwhile.
-        let guard = Pin::for_slot(index);
-        let Some(slot) = self.slots.get(index, &guard) else {
-            return false;
-        };
-        let payload = match self.cancel_pending(slot, index, generation, stage, false) {
-            Cancelled::Not => return false,
-            Cancelled::Done(payload) => payload,
-            Cancelled::Staged => stage.and_then(|stage| self.reclaim(stage, index, slot)),
-        };
-        if let Some(payload) = payload {
-            drop(guard);
-            self.contain(|| drop(payload));
-        }
-        true
-    }
-
-    /// The cancel's step on `slot` (slot `index`, looked up by the caller): marks the timer
-    /// of generation `generation` cancelled if it is pending, and hands it to whoever
-    /// frees it: the reaper (through `stage`, if the caller `holds` it, or the list of
-    /// changes), a reset under way, or the holder of the stage it is staged in (`Staged`:
-    /// the caller, if it is the owner).
-    #[inline]
-    pub(super) fn cancel_pending(
-        &self,
-        slot: Slot<'_, T>,
-        index: u32,
-        generation: u32,
-        stage: Option<&Stage>,
-        holds: bool,
-    ) -> Cancelled<T> {
-        // Relaxed: only a first guess for the CAS, which checks it. A load rather than a
-        // CAS first: the slot's line comes in once either way, and a guess that fails
-        // (another generation, or a timer that fired) writes nothing.
-        let mut current = slot.state.load(Ordering::Relaxed);
-        loop {
-            if current & !FLAGS != slots::word(generation, PENDING) {
-                return Cancelled::Not;
-            }
-            // A reset under way pushes the change when it is done, and the holder of a
-            // staged timer's stage frees it; otherwise this pushes the change.
-            let queue = if current & (RESETTING | STAGED) == 0 {
-                QUEUED
-            } else {
-                0
-            };
-            let cancelled = slots::word(generation, CANCELLED) | (current & FLAGS) | queue;
-            // AcqRel on success: Acquire sees the payload the producer published (the
-            // reaper drops it later on our behalf) and orders the push below after the
-            // reaper's read of `change_link`; Release hands the CANCELLED state to the
-            // reaper. Relaxed on failure: the value is only looked at again.
-            match slot.state.compare_exchange_weak(
-                current,
-                cancelled,
-                Ordering::AcqRel,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => break,
-                Err(seen) => current = seen,
-            }
-        }
-        self.count_cancelled(stage);
-        if current & STAGED != 0 {
-            return Cancelled::Staged;
-        }
-        if current & (RESETTING | QUEUED) != 0 {
-            return Cancelled::Done(None);
-        }
-        if let Some(stage) = stage.filter(|_| holds) {
-            self.stage_cancel(stage, index);
-            return Cancelled::Done(None);
-        }
-        match self.changes.push(index, slot.change_link) {
-            Ok(0) => self.wakeup.notify_sleeping(),
-            Ok(waiting) if is_backlog(waiting) => self.notify_backlog(),
-            Ok(_) => {}
-            // The reaper is winding up and will never take this change: the payload is the
-            // canceller's to drop (a periodic series' payload owns the shards, so left in
-            // its slot it would keep them, and itself, alive for ever).
-            Err(Closed) => return Cancelled::Done(Some(self.take_refused(slot, generation))),
-        }
-        Cancelled::Done(None)
-    }
-
-    /// The payload of a slot cancelled after the reaper closed its list of changes, taken
-    /// by whoever's push of the change was refused. The slot is marked `FIRING` (payload
-    /// taken, slot not free) and stays so: the wind-up may still walk it in the inbox
-    /// through its `link`, so it must not go back on the free stack, and the slots' drop
-    /// must not drop its payload again.
-    fn take_refused(&self, slot: Slot<'_, T>, generation: u32) -> T {
-        // SAFETY: the slot is `generation|CANCELLED` and its change was refused, so no
-        // reaper pass or wind-up will take the payload (the wind-up hands back only
-        // pending slots, and frees only the changes it took when it closed the list); the
-        // caller, whose push was refused, is the only one left to take it, once. The
-        // canceller's Acquire CAS made the producer's payload visible (and a resetter's
-        // Acquire RMW the canceller's state).
-        let payload = unsafe { slot.take_payload() };
-        // Relaxed: nothing reads the payload after this; the slots' drop, which looks at
-        // the state, runs with `&mut` after the shard's last `Arc` went, which orders it.
-        slot.state
-            .store(slots::word(generation, FIRING), Ordering::Relaxed);
-        payload
-    }
-
-    /// Moves the pending timer in slot `index` of generation `generation` to `deadline`
-    /// (nanoseconds since the start); true if it was pending, false (and nothing changed)
-    /// otherwise.
-    pub fn reset(&self, index: u32, generation: u32, deadline: u64) -> bool {
-        // Pinned if need be: as in `cancel`.
-        let guard = Pin::for_slot(index);
-        let Some(slot) = self.slots.get(index, &guard) else {
-            return false;
-        };
-        let mut current = slot.state.load(Ordering::Relaxed);
-        loop {
-            if current & !FLAGS != slots::word(generation, PENDING) {
-                return false;
-            }
-            if current & RESETTING != 0 {
-                // Another reset of this timer is under way and ends after this instant:
-                // this one counts as done just before it, and its deadline as overwritten.
-                self.counts.resets.fetch_add(1, Ordering::Relaxed);
-                return true;
-            }
-            // Acquire on success: orders the deadline store below after the last
-            // resetter's (whose flag-clearing RMW was a Release), so the newest wins.
-            match slot.state.compare_exchange_weak(
-                current,
-                current | RESETTING,
-                Ordering::Acquire,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => break,
-                Err(seen) => current = seen,
-            }
-        }
-        // Relaxed: published by the Release below.
-        slot.deadline.store(deadline, Ordering::Relaxed);
-        // AcqRel: Release publishes the deadline to the reaper, whose Acquire clears
-        // QUEUED; Acquire orders a push below after the reaper's read of `change_link`.
-        // The closure always returns `Some`, so the update cannot fail.
-        let before = slot
-            .state
-            .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |word| {
-                Some((word & !RESETTING) | QUEUED)
-            })
-            .unwrap_or_else(|word| word);
-        if before & QUEUED == 0 && self.changes.push(index, slot.change_link).is_err() {
-            // The reaper is winding up: it finds a pending slot in its wheel all the same.
-            // The slot must not stay `QUEUED`, or a cancel would count on a change that
-            // never comes; and a cancel that came during the reset left the push to us.
-            // Only this generation's flag is cleared.
-            let cleared = slot
-                .state
-                .fetch_update(Ordering::Acquire, Ordering::Relaxed, |word| {
-                    let ours = slots::split(word).0 == generation && word & QUEUED != 0;
-                    ours.then_some(word & !QUEUED)
-                });
-            if let Ok(word) = cleared
-                && slots::split(word) == (generation, CANCELLED)
-            {
-                let payload = self.take_refused(slot, generation);
-                drop(guard);
-                self.contain(|| drop(payload));
-                return false;
-            }
-        }
-        self.wakeup.notify_reset(deadline);
-        // A cancel that came while the reset was under way won: the timer is gone.
-        let reset = slots::split(before).1 == PENDING;
-        // Relaxed: a count.
-        self.counts
-            .resets
-            .fetch_add(u64::from(reset), Ordering::Relaxed);
-        reset
     }
 
     /// A pass's last step: gives memory back after a spike (see `slots`), and says

@@ -274,7 +274,7 @@ fn the_owners_cancels_of_timers_handed_over_wait_in_its_stage_for_a_tidy_pass() 
     assert!(shard.cancel_from(Some(&stage), first, first_generation));
     assert!(shard.changes.is_empty(), "not on the list of changes");
     assert!(stage.has_cancels());
-    assert_eq!(state(first), (first_generation, CANCELLED));
+    assert_eq!(state(first), (first_generation, slots::CANCELLED));
     let mut due = Due::new();
     let not_due = |_: Box<u64>| panic!("not due");
     // The pass takes the cancelled timer off the inbox, then its cancel from the stage.
@@ -287,7 +287,7 @@ fn the_owners_cancels_of_timers_handed_over_wait_in_its_stage_for_a_tidy_pass() 
     shard.pass(&mut due, 2, &|| 2_000, &not_due);
     assert_eq!(
         state(second),
-        (second_generation, CANCELLED),
+        (second_generation, slots::CANCELLED),
         "waits for the tidy interval"
     );
     let tidy = 1_000 + clock::nanos(TIDY_INTERVAL);
