@@ -338,9 +338,6 @@ impl<T> Shard<T> {
         let all = std::mem::take(&mut due.collect_all);
         let shrinking = freed.is_shrinking();
         let tidy = by >= due.tidy_at;
-        if tidy && due.stages.iter().any(|stage| stage.has_cancels()) {
-            due.tidy_at = by.saturating_add(clock::nanos(TIDY_INTERVAL));
-        }
         let stages = std::mem::take(&mut due.stages);
         // Each stage wanted (its owner let go, a change asked for them all, a shrink wants
         // its free slots, or it holds a timer due) is taken in the steps of
@@ -357,7 +354,11 @@ impl<T> Shard<T> {
             .collect();
         let mut marked = Vec::new();
         for (at, stage) in stages.iter().enumerate() {
-            if whole[at] || (tidy && stage.has_cancels()) {
+            let for_cancels = tidy && !whole[at] && stage.has_cancels();
+            if for_cancels {
+                due.tidy_at = by.saturating_add(clock::nanos(TIDY_INTERVAL));
+            }
+            if whole[at] || for_cancels {
                 if stage.mark_held() {
                     marked.push(at);
                 } else {
