@@ -273,6 +273,43 @@ impl Engine for TokioSleep {
     }
 }
 
+/// W1's loop with no timer at all: the floor every engine's iteration stands on (the
+/// clock read for the deadline, the random draws, and the ring of a million 8-byte
+/// entries, each a cache and TLB miss at P = 1M), as W7's `no-timeout`. A timer is a
+/// number, and a cancel reads it; `black_box` keeps both.
+struct NoTimer;
+
+impl Engine for NoTimer {
+    const NAME: &'static str = "no-timer";
+    type Armed = u64;
+
+    fn start() -> Self {
+        NoTimer
+    }
+
+    fn enter<R>(&self, producer: impl FnOnce() -> R) -> R {
+        producer()
+    }
+
+    fn arm(&self, deadline: Instant, _probe: &'static Probe) -> u64 {
+        std::hint::black_box(deadline);
+        std::hint::black_box(0)
+    }
+
+    fn cancel(&self, armed: u64) -> bool {
+        std::hint::black_box(armed);
+        true
+    }
+
+    fn fire_at(&self, _deadline: Instant, _probe: &'static Probe) {
+        unreachable!("W1 fires nothing")
+    }
+
+    fn stop(self) -> Option<usize> {
+        None
+    }
+}
+
 const W1_ITERATIONS: usize = 2_000_000;
 const W1_BOUND: Duration = Duration::from_secs(2);
 const W1_ROUNDS: usize = 5;
@@ -313,17 +350,20 @@ fn w1_round<E: Engine>(pending: usize, probe: &'static Probe) -> f64 {
 }
 
 /// W1 through the engine: exact deadlines against tick-rounded ones (nothing fires, so
-/// exactness should cost nothing) and tokio's timers; the implementations take turns.
+/// exactness should cost nothing), tokio's timers, and the loop with no timer; the
+/// implementations take turns. `vs_tokio-sleep_over_floor` compares what each timer adds
+/// to the loop's own time per iteration (its floor, `no-timer`), paired round by round.
 fn w1() {
     type Rounded = Shardwheel<true, false>;
-    let runs: [Run; 3] = [
+    let runs: [Run; 4] = [
         (Shardwheel::<true>::NAME, w1_round::<Shardwheel<true>>),
         (Rounded::NAME, w1_round::<Rounded>),
         (TokioSleep::NAME, w1_round::<TokioSleep>),
+        (NoTimer::NAME, w1_round::<NoTimer>),
     ];
     for pending in [1_000, 1_000_000] {
         let probe = Probe::leak(0);
-        let rates = take_turns(W1_ROUNDS, runs.map(|run| run.1), pending, [probe; 3]);
+        let rates = take_turns(W1_ROUNDS, runs.map(|run| run.1), pending, [probe; 4]);
         for ((name, _), rates) in runs.iter().zip(&rates) {
             println!(
                 "RESULT W1 P={pending} {name} iters_per_s={:.0}",
@@ -331,9 +371,16 @@ fn w1() {
             );
         }
         let paired = |a: &[f64], b: &[f64]| median(a.iter().zip(b).map(|(a, b)| a / b).collect());
+        let over_floor: Vec<f64> = (0..W1_ROUNDS)
+            .map(|round| {
+                let floor = 1.0 / rates[3][round];
+                (1.0 / rates[2][round] - floor) / (1.0 / rates[0][round] - floor)
+            })
+            .collect();
         println!(
-            "RESULT W1 P={pending} shardwheel vs_tokio-sleep={:.2} exact_deadlines_cost_pct={:.1} fired_before_cancel={}",
+            "RESULT W1 P={pending} shardwheel vs_tokio-sleep={:.2} vs_tokio-sleep_over_floor={:.2} exact_deadlines_cost_pct={:.1} fired_before_cancel={}",
             paired(&rates[0], &rates[2]),
+            median(over_floor),
             100.0 * (1.0 - paired(&rates[0], &rates[1])),
             probe.unexpected.load(Relaxed),
         );
