@@ -1,5 +1,7 @@
 //! W3 (request timeouts from T threads, 90 % cancelled) for `bench engine`: shardwheel
-//! against tokio's timers, with and without lateness recording and exact deadlines; and
+//! against tokio's timers, with and without lateness recording and exact deadlines, beside
+//! the loop with no timer (`no-timer`, the floor: `vs_tokio-sleep_over_floor` compares
+//! what each timer adds to it, paired round by round); and
 //! `W3-slack`, W3 with exact deadlines against a 10 ms slack per timer
 //! (`Timer::schedule_at_within`), in the same run: reaper passes (wake-ups, and passes made
 //! without sleeping) and the CPU time not spent by the producers (the reapers'), each per
@@ -10,7 +12,7 @@
 //! runs another guest on a virtual CPU takes it (`W3-taken` in the RESULT lines): the
 //! rescue of a held-up reaper by its sibling against tokio's timers.
 
-use super::{Engine, Probe, Run, Shardwheel, TokioSleep, lateness_fields, take_turns};
+use super::{Engine, NoTimer, Probe, Run, Shardwheel, TokioSleep, lateness_fields, take_turns};
 use crate::common::{SplitMix64, median};
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -151,11 +153,12 @@ pub(super) fn w3() {
     let taken = take_core();
     let workload = if taken.is_some() { "W3-taken" } else { "W3" };
     type Rounded = Shardwheel<true, false>;
-    let runs: [Run<W3Figures>; 4] = [
+    let runs: [Run<W3Figures>; 5] = [
         (Shardwheel::<true>::NAME, w3_measured::<Shardwheel<true>>),
         (Shardwheel::<false>::NAME, w3_measured::<Shardwheel<false>>),
         (TokioSleep::NAME, w3_measured::<TokioSleep>),
         (Rounded::NAME, w3_measured::<Rounded>),
+        (NoTimer::NAME, w3_measured::<NoTimer>),
     ];
     for threads in [1, 2] {
         let probes = runs.map(|_| Probe::leak(W3_FIRES));
@@ -166,6 +169,11 @@ pub(super) fn w3() {
         for ((name, _), ((rates, figures), probe)) in
             runs.iter().zip(rates.iter().zip(&figures).zip(probes))
         {
+            if *name == NoTimer::NAME {
+                let rate = median(rates.clone());
+                println!("RESULT {workload} T={threads} {name} ops_per_s={rate:.0}");
+                continue;
+            }
             let lateness = probe.sorted_lateness();
             let steal: Duration = figures.iter().map(|f| f.steal).sum();
             let rescued: Option<u64> = figures.iter().map(|f| f.rescued).sum();
@@ -184,9 +192,16 @@ pub(super) fn w3() {
             );
         }
         let paired = |a: &[f64], b: &[f64]| median(a.iter().zip(b).map(|(a, b)| a / b).collect());
+        let over_floor: Vec<f64> = (0..W3_ROUNDS)
+            .map(|round| {
+                let floor = 1.0 / rates[4][round];
+                (1.0 / rates[2][round] - floor) / (1.0 / rates[0][round] - floor)
+            })
+            .collect();
         println!(
-            "RESULT {workload} T={threads} shardwheel vs_tokio-sleep={:.2} lateness_recording_cost_pct={:.1} exact_deadlines_cost_pct={:.1}",
+            "RESULT {workload} T={threads} shardwheel vs_tokio-sleep={:.2} vs_tokio-sleep_over_floor={:.2} lateness_recording_cost_pct={:.1} exact_deadlines_cost_pct={:.1}",
             paired(&rates[0], &rates[2]),
+            median(over_floor),
             100.0 * (1.0 - paired(&rates[0], &rates[1])),
             100.0 * (1.0 - paired(&rates[0], &rates[3])),
         );
