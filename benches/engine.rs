@@ -319,6 +319,17 @@ const W1_ROUNDS: usize = 5;
 /// One W1 round: pre-fill `pending` timers, then schedule one and cancel a uniformly
 /// chosen pending one per iteration; returns iterations per second.
 fn w1_round<E: Engine>(pending: usize, probe: &'static Probe) -> f64 {
+    w1_churn::<E>(pending, probe, W1_ITERATIONS, W1_BOUND)
+}
+
+/// W1's loop: `iterations` of them at most, for `bound` at most (in multiples of 256);
+/// iterations per second.
+fn w1_churn<E: Engine>(
+    pending: usize,
+    probe: &'static Probe,
+    iterations: usize,
+    bound: Duration,
+) -> f64 {
     let engine = E::start();
     let mut rng = SplitMix64(42);
     let rate = engine.enter(|| {
@@ -329,8 +340,8 @@ fn w1_round<E: Engine>(pending: usize, probe: &'static Probe) -> f64 {
             })
             .collect();
         let start = Instant::now();
-        let mut iterations = 0;
-        while iterations < W1_ITERATIONS && start.elapsed() < W1_BOUND {
+        let mut done = 0;
+        while done < iterations && start.elapsed() < bound {
             for _ in 0..256 {
                 let delay = Duration::from_millis(rng.between(1, 60_000));
                 let armed = engine.arm(Instant::now() + delay, probe);
@@ -339,9 +350,9 @@ fn w1_round<E: Engine>(pending: usize, probe: &'static Probe) -> f64 {
                 // probe's `unexpected`).
                 engine.cancel(std::mem::replace(&mut ring[at], armed));
             }
-            iterations += 256;
+            done += 256;
         }
-        let rate = iterations as f64 / start.elapsed().as_secs_f64();
+        let rate = done as f64 / start.elapsed().as_secs_f64();
         for armed in ring {
             engine.cancel(armed);
         }
@@ -349,6 +360,29 @@ fn w1_round<E: Engine>(pending: usize, probe: &'static Probe) -> f64 {
     });
     engine.stop();
     rate
+}
+
+/// `ENGINE_W1_COUNT=IMPLEMENTATION:P:N`: N iterations of W1 at P pending, for one of
+/// `shardwheel`, `tokio-sleep` and `no-timer`, with no bound on the time, and nothing
+/// printed: for `scripts/instructions-per-op`, which counts the instructions of such runs.
+fn w1_count(spec: &str) {
+    let parts: Vec<&str> = spec.split(':').collect();
+    let [name, pending, iterations] = parts[..] else {
+        panic!("ENGINE_W1_COUNT={spec}: IMPLEMENTATION:P:N expected");
+    };
+    let number = |text: &str| -> usize {
+        text.parse()
+            .unwrap_or_else(|_| panic!("ENGINE_W1_COUNT={spec}: {text} is not a count"))
+    };
+    let (pending, iterations) = (number(pending), number(iterations));
+    let probe = Probe::leak(0);
+    let churn = match name {
+        "shardwheel" => w1_churn::<Shardwheel<true>>,
+        "tokio-sleep" => w1_churn::<TokioSleep>,
+        "no-timer" => w1_churn::<NoTimer>,
+        _ => panic!("ENGINE_W1_COUNT={spec}: no implementation {name}"),
+    };
+    churn(pending, probe, iterations, Duration::MAX);
 }
 
 /// W1 through the engine: exact deadlines against tick-rounded ones (nothing fires, so
@@ -578,6 +612,9 @@ fn w6_floor() {
 }
 
 fn main() {
+    if let Ok(spec) = std::env::var("ENGINE_W1_COUNT") {
+        return w1_count(&spec);
+    }
     let only = std::env::var("ENGINE_ONLY").unwrap_or_default();
     let runs = |workload: &str| only.is_empty() || only.split(',').any(|w| w.trim() == workload);
     println!("# load average at start: {}", load_average());
