@@ -407,16 +407,10 @@ fn w1() {
             );
         }
         let paired = |a: &[f64], b: &[f64]| median(a.iter().zip(b).map(|(a, b)| a / b).collect());
-        let over_floor: Vec<f64> = (0..W1_ROUNDS)
-            .map(|round| {
-                let floor = 1.0 / rates[3][round];
-                (1.0 / rates[2][round] - floor) / (1.0 / rates[0][round] - floor)
-            })
-            .collect();
         println!(
             "RESULT W1 P={pending} shardwheel vs_tokio-sleep={:.2} vs_tokio-sleep_over_floor={:.2} exact_deadlines_cost_pct={:.1} fired_before_cancel={}",
             paired(&rates[0], &rates[2]),
-            median(over_floor),
+            over_floor(&rates[0], &rates[2], &rates[3]),
             100.0 * (1.0 - paired(&rates[0], &rates[1])),
             probe.unexpected.load(Relaxed),
         );
@@ -463,6 +457,21 @@ fn w2<E: Engine>() -> f64 {
 /// A round of one implementation (W1, W3): its name and how to run it with a size (P, T),
 /// which gives its figures (operations per second, unless said otherwise).
 type Run<R = f64> = (&'static str, fn(usize, &'static Probe) -> R);
+
+/// How many times more time per operation `theirs` adds to the loop's own (`floor`) than
+/// `ours` does, from rates (operations per second) measured round by round: the median of
+/// the rounds' ratios.
+fn over_floor(ours: &[f64], theirs: &[f64], floor: &[f64]) -> f64 {
+    let ratios = ours
+        .iter()
+        .zip(theirs)
+        .zip(floor)
+        .map(|((ours, theirs), floor)| {
+            let floor = 1.0 / floor;
+            (1.0 / theirs - floor) / (1.0 / ours - floor)
+        });
+    median(ratios.collect())
+}
 
 /// Runs `rounds` rounds of each of `runs` with `size` (P, T), each with its probe; the
 /// implementations take turns, each starting a round in turn, so that none always

@@ -12,7 +12,9 @@
 //! runs another guest on a virtual CPU takes it (`W3-taken` in the RESULT lines): the
 //! rescue of a held-up reaper by its sibling against tokio's timers.
 
-use super::{Engine, NoTimer, Probe, Run, Shardwheel, TokioSleep, lateness_fields, take_turns};
+use super::{
+    Engine, NoTimer, Probe, Run, Shardwheel, TokioSleep, lateness_fields, over_floor, take_turns,
+};
 use crate::common::{SplitMix64, median};
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -192,16 +194,10 @@ pub(super) fn w3() {
             );
         }
         let paired = |a: &[f64], b: &[f64]| median(a.iter().zip(b).map(|(a, b)| a / b).collect());
-        let over_floor: Vec<f64> = (0..W3_ROUNDS)
-            .map(|round| {
-                let floor = 1.0 / rates[4][round];
-                (1.0 / rates[2][round] - floor) / (1.0 / rates[0][round] - floor)
-            })
-            .collect();
         println!(
             "RESULT {workload} T={threads} shardwheel vs_tokio-sleep={:.2} vs_tokio-sleep_over_floor={:.2} lateness_recording_cost_pct={:.1} exact_deadlines_cost_pct={:.1}",
             paired(&rates[0], &rates[2]),
-            median(over_floor),
+            over_floor(&rates[0], &rates[2], &rates[4]),
             100.0 * (1.0 - paired(&rates[0], &rates[1])),
             100.0 * (1.0 - paired(&rates[0], &rates[3])),
         );
