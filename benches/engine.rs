@@ -15,11 +15,14 @@
 //! nothing but the engine: the probe that counts firings is `'static`, so cloning no
 //! reference count bounces a cache line between them.
 //!
-//! W3 and W3-slack (exact deadlines against 10 ms of slack per timer) are in `engine/w3.rs`.
+//! W1 is in `engine/w1.rs`; W3 and W3-slack (exact deadlines against 10 ms of slack per
+//! timer) are in `engine/w3.rs`.
 //!
 //! Run: `cargo bench --bench engine`; `ENGINE_ONLY=W3,W6` runs some workloads only.
 
 mod common;
+#[path = "engine/w1.rs"]
+mod w1;
 #[path = "engine/w3.rs"]
 mod w3;
 
@@ -312,111 +315,6 @@ impl Engine for NoTimer {
     }
 }
 
-const W1_ITERATIONS: usize = 2_000_000;
-const W1_BOUND: Duration = Duration::from_secs(2);
-const W1_ROUNDS: usize = 5;
-
-/// One W1 round: pre-fill `pending` timers, then schedule one and cancel a uniformly
-/// chosen pending one per iteration; returns iterations per second.
-fn w1_round<E: Engine>(pending: usize, probe: &'static Probe) -> f64 {
-    w1_churn::<E>(pending, probe, W1_ITERATIONS, W1_BOUND)
-}
-
-/// W1's loop: `iterations` of them at most, for `bound` at most (in multiples of 256);
-/// iterations per second.
-fn w1_churn<E: Engine>(
-    pending: usize,
-    probe: &'static Probe,
-    iterations: usize,
-    bound: Duration,
-) -> f64 {
-    let engine = E::start();
-    let mut rng = SplitMix64(42);
-    let rate = engine.enter(|| {
-        let mut ring: Vec<E::Armed> = (0..pending)
-            .map(|_| {
-                let delay = Duration::from_millis(rng.between(1_000, 60_000));
-                engine.arm(Instant::now() + delay, probe)
-            })
-            .collect();
-        let start = Instant::now();
-        let mut done = 0;
-        while done < iterations && start.elapsed() < bound {
-            for _ in 0..256 {
-                let delay = Duration::from_millis(rng.between(1, 60_000));
-                let armed = engine.arm(Instant::now() + delay, probe);
-                let at = rng.between(0, pending as u64 - 1) as usize;
-                // False only for a timer of a few ms that fired first (counted by the
-                // probe's `unexpected`).
-                engine.cancel(std::mem::replace(&mut ring[at], armed));
-            }
-            done += 256;
-        }
-        let rate = done as f64 / start.elapsed().as_secs_f64();
-        for armed in ring {
-            engine.cancel(armed);
-        }
-        rate
-    });
-    engine.stop();
-    rate
-}
-
-/// `ENGINE_W1_COUNT=IMPLEMENTATION:P:N`: N iterations of W1 at P pending, for one of
-/// `shardwheel`, `tokio-sleep` and `no-timer`, with no bound on the time, and nothing
-/// printed: for `scripts/instructions-per-op`, which counts the instructions of such runs.
-fn w1_count(spec: &str) {
-    let parts: Vec<&str> = spec.split(':').collect();
-    let [name, pending, iterations] = parts[..] else {
-        panic!("ENGINE_W1_COUNT={spec}: IMPLEMENTATION:P:N expected");
-    };
-    let number = |text: &str| -> usize {
-        text.parse()
-            .unwrap_or_else(|_| panic!("ENGINE_W1_COUNT={spec}: {text} is not a count"))
-    };
-    let (pending, iterations) = (number(pending), number(iterations));
-    let probe = Probe::leak(0);
-    let churn = match name {
-        "shardwheel" => w1_churn::<Shardwheel<true>>,
-        "tokio-sleep" => w1_churn::<TokioSleep>,
-        "no-timer" => w1_churn::<NoTimer>,
-        _ => panic!("ENGINE_W1_COUNT={spec}: no implementation {name}"),
-    };
-    churn(pending, probe, iterations, Duration::MAX);
-}
-
-/// W1 through the engine: exact deadlines against tick-rounded ones (nothing fires, so
-/// exactness should cost nothing), tokio's timers, and the loop with no timer; the
-/// implementations take turns. `vs_tokio-sleep_over_floor` compares what each timer adds
-/// to the loop's own time per iteration (its floor, `no-timer`), paired round by round.
-fn w1() {
-    type Rounded = Shardwheel<true, false>;
-    let runs: [Run; 4] = [
-        (Shardwheel::<true>::NAME, w1_round::<Shardwheel<true>>),
-        (Rounded::NAME, w1_round::<Rounded>),
-        (TokioSleep::NAME, w1_round::<TokioSleep>),
-        (NoTimer::NAME, w1_round::<NoTimer>),
-    ];
-    for pending in [1_000, 1_000_000] {
-        let probe = Probe::leak(0);
-        let rates = take_turns(W1_ROUNDS, runs.map(|run| run.1), pending, [probe; 4]);
-        for ((name, _), rates) in runs.iter().zip(&rates) {
-            println!(
-                "RESULT W1 P={pending} {name} iters_per_s={:.0}",
-                median(rates.clone())
-            );
-        }
-        let paired = |a: &[f64], b: &[f64]| median(a.iter().zip(b).map(|(a, b)| a / b).collect());
-        println!(
-            "RESULT W1 P={pending} shardwheel vs_tokio-sleep={:.2} vs_tokio-sleep_over_floor={:.2} exact_deadlines_cost_pct={:.1} fired_before_cancel={}",
-            paired(&rates[0], &rates[2]),
-            over_floor(&rates[0], &rates[2], &rates[3]),
-            100.0 * (1.0 - paired(&rates[0], &rates[1])),
-            probe.unexpected.load(Relaxed),
-        );
-    }
-}
-
 const W2_TIMERS: usize = 1_000_000;
 const W2_QUANTILES: [(&str, f64); 4] = [("p50", 0.5), ("p99", 0.99), ("p999", 0.999), ("max", 1.0)];
 
@@ -622,13 +520,13 @@ fn w6_floor() {
 
 fn main() {
     if let Ok(spec) = std::env::var("ENGINE_W1_COUNT") {
-        return w1_count(&spec);
+        return w1::w1_count(&spec);
     }
     let only = std::env::var("ENGINE_ONLY").unwrap_or_default();
     let runs = |workload: &str| only.is_empty() || only.split(',').any(|w| w.trim() == workload);
     println!("# load average at start: {}", load_average());
     if runs("W1") {
-        w1();
+        w1::w1();
     }
     if runs("W2") {
         let ours = w2::<Shardwheel<true>>();
