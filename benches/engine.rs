@@ -367,6 +367,11 @@ fn w2<E: Engine>() -> f64 {
 /// which gives its figures (operations per second, unless said otherwise).
 type Run<R = f64> = (&'static str, fn(usize, &'static Probe) -> R);
 
+/// The median, over rounds, of `a`'s rate over `b`'s in the same round.
+fn paired(a: &[f64], b: &[f64]) -> f64 {
+    median(a.iter().zip(b).map(|(a, b)| a / b).collect())
+}
+
 /// How many times more time per operation `theirs` adds to the loop's own (`floor`) than
 /// `ours` does, from rates (operations per second) measured round by round: the median of
 /// the rounds' ratios.

@@ -4,7 +4,7 @@
 //! floor the others stand on), taking turns in one run; and `ENGINE_W1_COUNT`, a fixed
 //! number of iterations of one of them, for `scripts/instructions-per-op`.
 
-use super::{Engine, NoTimer, Probe, Run, Shardwheel, TokioSleep, over_floor, take_turns};
+use super::{Engine, NoTimer, Probe, Run, Shardwheel, TokioSleep, over_floor, paired, take_turns};
 use crate::common::{SplitMix64, median};
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
@@ -103,7 +103,6 @@ pub(super) fn w1() {
                 median(rates.clone())
             );
         }
-        let paired = |a: &[f64], b: &[f64]| median(a.iter().zip(b).map(|(a, b)| a / b).collect());
         println!(
             "RESULT W1 P={pending} shardwheel vs_tokio-sleep={:.2} vs_tokio-sleep_over_floor={:.2} exact_deadlines_cost_pct={:.1} fired_before_cancel={}",
             paired(&rates[0], &rates[2]),

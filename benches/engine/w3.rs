@@ -13,7 +13,8 @@
 //! rescue of a held-up reaper by its sibling against tokio's timers.
 
 use super::{
-    Engine, NoTimer, Probe, Run, Shardwheel, TokioSleep, lateness_fields, over_floor, take_turns,
+    Engine, NoTimer, Probe, Run, Shardwheel, TokioSleep, lateness_fields, over_floor, paired,
+    take_turns,
 };
 use crate::common::{SplitMix64, median};
 use std::sync::Arc;
@@ -191,7 +192,6 @@ pub(super) fn w3() {
                 steal.as_millis(),
             );
         }
-        let paired = |a: &[f64], b: &[f64]| median(a.iter().zip(b).map(|(a, b)| a / b).collect());
         println!(
             "RESULT {workload} T={threads} shardwheel vs_tokio-sleep={:.2} vs_tokio-sleep_over_floor={:.2} lateness_recording_cost_pct={:.1} exact_deadlines_cost_pct={:.1}",
             paired(&rates[0], &rates[2]),

@@ -3,9 +3,9 @@
 //! Producers take a slot, write the payload and deadline, mark it `PENDING` and push it on
 //! the inbox; cancellers and resetters change the slot's state word (see `slots`) and push
 //! it on the list of changes (a thread cancelling on a shard it has a stage on keeps the
-//! slot's number in its stage instead, see `staged`). The reaper is the only thread that touches the shard's
-//! wheel (or, while it is held up, a sibling's reaper in its place, holding the wheel's
-//! lock: `rescue`), whose entries are the slots themselves (`filing`): each pass it takes
+//! slot's number in its stage instead, see `staged`). The reaper is the only thread that
+//! touches the shard's wheel (or, while it is held up, a sibling's reaper in its place,
+//! holding the wheel's lock: `rescue`), whose entries are the slots themselves (`filing`): each pass it takes
 //! the changes, then the inbox, links the new timers into the wheel, moves the reset
 //! ones, unlinks and frees the cancelled ones, fires what is due, and parks until the
 //! wheel's next deadline.
