@@ -216,8 +216,8 @@ impl Builder {
     /// of memory at once: in a virtual machine that gives memory it does not use back to
     /// its host (free page reporting, as in Firecracker), the first touch of such memory
     /// stalls the CPU that makes it for milliseconds (3.5 to 4.7 ms a huge page on our
-    /// test VM), and the other CPUs' reapers with it, where small pages mostly come from
-    /// memory the VM still holds. Turn this off there if the first spike of timers must
+    /// test VM), a stop the other CPUs feel too, and their reapers with them, where small
+    /// pages mostly come from memory the VM still holds. Turn this off there if the first spike of timers must
     /// fire on time, and the global allocator's huge pages too, which hold the boxes of
     /// callbacks that capture more than a word (mimalloc advises its arena onto huge
     /// pages unless `MIMALLOC_ALLOW_THP=0`). A million timers scheduled in a fresh
