@@ -5,10 +5,10 @@
 //! it on the list of changes (a thread cancelling on a shard it has a stage on keeps the
 //! slot's number in its stage instead, see `staged`). The reaper is the only thread that
 //! touches the shard's wheel (or, while it is held up, a sibling's reaper in its place,
-//! holding the wheel's lock: `rescue`), whose entries are the slots themselves (`filing`): each pass it takes
-//! the changes, then the inbox, links the new timers into the wheel, moves the reset
-//! ones, unlinks and frees the cancelled ones, fires what is due, and parks until the
-//! wheel's next deadline.
+//! holding the wheel's lock: `rescue`), whose entries are the slots themselves
+//! (`filing`): each pass it takes the changes, then the inbox, links the new timers into
+//! the wheel, moves the reset ones, unlinks and frees the cancelled ones, fires what is
+//! due, and parks until the wheel's next deadline.
 //!
 //! Taking the changes *before* the inbox is what lets a pass trust that every changed slot
 //! it sees has already arrived: a handle only exists once its slot was pushed on the inbox,
