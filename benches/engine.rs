@@ -287,7 +287,7 @@ impl Engine for TokioSleep {
 
 /// W1's and W3's loops with no timer at all: the floor every engine's iteration stands on
 /// (the clock read for the deadline, the random draws, and the ring of entries: at
-/// W1's P = 1M, a million 8-byte ones, each a cache and TLB miss), as W7's `no-timeout`.
+/// W1's P = 1M, a million 8-byte ones, each a cache miss), as W7's `no-timeout`.
 /// A timer is a number, and a cancel reads it; `black_box` keeps both. A timer that is to
 /// fire does nothing (no probe is touched: the producers share nothing), and there is
 /// nothing to catch up with.
