@@ -3,9 +3,17 @@
 //! A callback is two words, as a `Box<dyn FnOnce()>` is: a word of data and a pointer to a
 //! table of what to do with it (run it, drop it). A closure that fits in the word (one
 //! that captures one reference, an `Arc`, a sender, or nothing) is kept in it, with no
-//! allocation; a larger one is boxed, the word pointing to its box; a sleep's wake-up
-//! keeps its alarm there. A timer that captures an `Arc` so costs no `malloc` when it is
-//! scheduled and no `free` on the reaper's core when it fires or is cancelled.
+//! allocation; a larger one is boxed, the word pointing to its box. A timer that captures
+//! an `Arc` so costs no `malloc` when it is scheduled and no `free` on the reaper's core
+//! when it fires or is cancelled.
+//!
+//! A sleep's wake-up is the task's [`Waker`] itself, which is two words too: its data
+//! pointer in the data word, and its table (`RawWakerVTable`) in place of ours, told apart
+//! by the table pointer's lowest bit, which both tables' alignment leaves free. So a sleep
+//! allocates nothing: the waker lives in the timer's slot. Run or dropped unrun (a timer
+//! shut down), a wake-up wakes its task, which then looks at its timer's slot to learn
+//! whether the deadline passed (see `sleep`); discarded, as a cancelled timer's payload
+//! is, it wakes nobody.
 //!
 //! A callback is `Send + Sync`, so that an error carrying one back
 //! ([`ScheduleError<Callback>`](crate::ScheduleError)) goes into
@@ -13,10 +21,12 @@
 //! no method that takes `&self` reaches it (the idea of std's unstable
 //! `std::sync::Exclusive`), so sharing a callback shares nothing of it.
 
-use crate::alarm::Alarm;
+use std::any::Any;
 use std::fmt;
 use std::marker::PhantomData;
 use std::mem::{ManuallyDrop, MaybeUninit, align_of, size_of};
+use std::ptr::NonNull;
+use std::task::{RawWakerVTable, Waker};
 
 /// A timer's callback: a closure from [`Timer::schedule`](crate::Timer::schedule), or the
 /// wake-up of a [`Sleep`](crate::Sleep). Run once, on a reaper thread, unless cancelled
@@ -24,13 +34,21 @@ use std::mem::{ManuallyDrop, MaybeUninit, align_of, size_of};
 /// and [`run`](Self::run) runs one.
 pub struct Callback {
     /// The closure itself if it fits (`Inline`), or a pointer to its box (`Boxed`), or a
-    /// sleep's alarm (`Wake`); only `kind`'s functions read it. A pointer's type, so that
-    /// it keeps the provenance of any pointer stored in it.
+    /// waker's data pointer; only the functions of `table` read it. A pointer's type, so
+    /// that it keeps the provenance of any pointer stored in it.
     data: Word,
-    kind: &'static Kind,
+    /// A closure's `&'static Kind`, or a waker's `&'static RawWakerVTable` with its lowest
+    /// bit set (`WAKER`).
+    table: NonNull<()>,
 }
 
 type Word = MaybeUninit<*mut ()>;
+
+/// The bit of `Callback::table` that says it is a waker's table.
+const WAKER: usize = 1;
+
+// Both tables hold function pointers, so their addresses leave the lowest bit free.
+const _: () = assert!(align_of::<Kind>() > WAKER && align_of::<RawWakerVTable>() > WAKER);
 
 /// What a callback's data word holds, and how to run or drop it.
 struct Kind {
@@ -41,8 +59,6 @@ struct Kind {
     run: unsafe fn(Word),
     /// Drops it unrun; the same contract.
     drop: unsafe fn(Word),
-    /// Whether it is a sleep's wake-up.
-    wake_up: bool,
 }
 
 /// A closure `F` kept in the data word itself.
@@ -55,7 +71,6 @@ impl<F: FnOnce()> Inline<F> {
     const KIND: Kind = Kind {
         run: Self::run,
         drop: Self::drop,
-        wake_up: false,
     };
 
     unsafe fn run(data: Word) {
@@ -97,7 +112,6 @@ impl<F: FnOnce()> Boxed<F> {
     const KIND: Kind = Kind {
         run: Self::run,
         drop: Self::drop,
-        wake_up: false,
     };
 
     /// # Safety
@@ -119,18 +133,13 @@ impl<F: FnOnce()> Boxed<F> {
     }
 }
 
-/// A sleep's wake-up: the alarm, kept in the word.
-const WAKE: Kind = Kind {
-    run: |data| {
-        // SAFETY: `Kind::run`'s contract: the word holds an `Alarm`.
-        unsafe { take::<Alarm>(data) }.ring()
-    },
-    drop: |data| {
-        // SAFETY: `Kind::drop`'s contract.
-        drop(unsafe { take::<Alarm>(data) });
-    },
-    wake_up: true,
-};
+/// What a callback holds, taken out of it.
+enum Taken {
+    /// A closure: its word and the kind that made it.
+    Closure(Word, &'static Kind),
+    /// A sleep's wake-up.
+    Waker(Waker),
+}
 
 impl Callback {
     /// A callback that runs `f`. A closure of at most one word (8 bytes on 64-bit targets:
@@ -152,43 +161,55 @@ impl Callback {
     /// ```
     #[inline]
     pub fn new<F: FnOnce() + Send + 'static>(f: F) -> Self {
-        if Inline::<F>::FITS {
-            Callback {
-                data: store(f),
-                kind: &Inline::<F>::KIND,
-            }
+        let (data, kind) = if Inline::<F>::FITS {
+            (store(f), &Inline::<F>::KIND)
         } else {
-            Callback {
-                data: Word::new(Box::into_raw(Box::new(f)).cast()),
-                kind: &Boxed::<F>::KIND,
-            }
-        }
-    }
-
-    pub(crate) fn wake(alarm: Alarm) -> Self {
+            let boxed = Box::into_raw(Box::new(f));
+            (Word::new(boxed.cast()), &Boxed::<F>::KIND)
+        };
         Callback {
-            data: store(alarm),
-            kind: &WAKE,
+            data,
+            table: NonNull::from(kind).cast(),
         }
     }
 
-    /// The alarm of a sleep's wake-up, unrun; `None` for a closure (which is dropped).
-    pub(crate) fn into_alarm(self) -> Option<Alarm> {
-        if !self.kind.wake_up {
-            return None;
+    /// The wake-up of a sleep whose task `waker` wakes.
+    #[inline]
+    pub(crate) fn wake(waker: Waker) -> Self {
+        let waker = ManuallyDrop::new(waker);
+        let table = NonNull::from(waker.vtable()).cast::<()>();
+        Callback {
+            data: Word::new(waker.data().cast_mut()),
+            table: table.map_addr(|addr| addr | WAKER),
         }
+    }
+
+    /// Takes out what the callback holds; it is not dropped.
+    #[inline]
+    fn take(self) -> Taken {
         let callback = ManuallyDrop::new(self);
-        // SAFETY: only `WAKE` says `wake_up`, and its word holds an `Alarm` (see `wake`),
-        // taken once here: `callback` is not dropped.
-        Some(unsafe { take::<Alarm>(callback.data) })
+        // SAFETY: `callback` is forgotten, so its parts are used once, here.
+        unsafe { parts(callback.data, callback.table) }
+    }
+
+    /// Drops a cancelled timer's callback: a closure as a drop does, a sleep's wake-up
+    /// without waking its task (the sleep let go of its timer).
+    pub(crate) fn discard(self) {
+        match self.take() {
+            // SAFETY: the word was made with this kind, and is used once: `take` forgot
+            // the callback.
+            Taken::Closure(data, kind) => unsafe { (kind.drop)(data) },
+            Taken::Waker(waker) => drop(waker),
+        }
     }
 
     /// Whether this is the wake-up of a [`Sleep`](crate::Sleep) (or of a
     /// [`Timeout`](crate::Timeout)'s sleep) rather than a closure of the user's: what
     /// tells the two apart among the callbacks that [`Timer::shutdown`](crate::Timer::shutdown)
-    /// and [`Timer::drain`](crate::Timer::drain) hand back. Dropping a wake-up ends its
-    /// sleep with [`SleepError::Shutdown`](crate::SleepError::Shutdown); running it ends
-    /// the sleep as if its deadline had passed.
+    /// and [`Timer::drain`](crate::Timer::drain) hand back. A sleep whose wake-up was
+    /// handed back has ended: with [`SleepError::Shutdown`](crate::SleepError::Shutdown),
+    /// or `Ok` if its deadline has passed by its next poll. Dropping the wake-up, or
+    /// running it, wakes the sleep's task to find that.
     ///
     /// ```
     /// use std::future::Future;
@@ -206,39 +227,72 @@ impl Callback {
     /// assert!(futures::executor::block_on(sleep).is_err());
     /// ```
     pub fn is_wake_up(&self) -> bool {
-        self.kind.wake_up
+        self.table.addr().get() & WAKER != 0
     }
 
-    /// Runs the callback: the closure, or for a sleep, ends it as if its deadline had
-    /// passed. (Dropping a sleep's callback unrun ends the sleep with
-    /// [`SleepError::Shutdown`](crate::SleepError::Shutdown) instead.)
+    /// Runs the callback: the closure, or for a sleep's wake-up, wakes its task, as the
+    /// drop of a wake-up does (see [`is_wake_up`](Self::is_wake_up)).
     pub fn run(self) {
-        let callback = ManuallyDrop::new(self);
-        // SAFETY: the word was made with this kind, and is used once: `callback` is not
-        // dropped.
-        unsafe { (callback.kind.run)(callback.data) }
+        match self.take() {
+            // SAFETY: the word was made with this kind, and is used once: `take` forgot
+            // the callback.
+            Taken::Closure(data, kind) => unsafe { (kind.run)(data) },
+            Taken::Waker(waker) => waker.wake(),
+        }
     }
 }
 
 impl Drop for Callback {
     fn drop(&mut self) {
-        // SAFETY: the word was made with this kind; a callback is dropped once, and never
-        // after `run` (which forgets it).
-        unsafe { (self.kind.drop)(self.data) }
+        // SAFETY: a callback is dropped once, and never after `run` or `take` (which
+        // forget it).
+        match unsafe { parts(self.data, self.table) } {
+            // SAFETY: the word was made with this kind, and is used once (above).
+            Taken::Closure(data, kind) => unsafe { (kind.drop)(data) },
+            // A wake-up dropped unrun (its timer shut down) wakes its task, which finds
+            // the timer gone; a cancelled timer's is discarded instead, waking nobody.
+            Taken::Waker(waker) => waker.wake(),
+        }
     }
 }
 
-// SAFETY: `new` takes only `Send` closures, and an alarm is `Send`: the callback owns its
-// closure (in the word or in its box) and may take it to any thread.
+/// What the parts of a callback hold.
+///
+/// # Safety
+/// They are a callback's `data` and `table`, used once: the callback is forgotten or being
+/// dropped, and neither part is used again.
+#[inline]
+unsafe fn parts(data: Word, table: NonNull<()>) -> Taken {
+    if table.addr().get() & WAKER == 0 {
+        // SAFETY: without the bit, `table` came from a `&'static Kind` (see `new`).
+        return Taken::Closure(data, unsafe { table.cast::<Kind>().as_ref() });
+    }
+    let vtable = table.as_ptr().map_addr(|addr| addr & !WAKER);
+    // SAFETY: with the bit, `wake` stored a waker's data pointer and (its bit cleared
+    // here) its `&'static RawWakerVTable`, taken from a waker it forgot: this rebuilds
+    // that waker, once (the caller's word).
+    Taken::Waker(unsafe { Waker::new(data.assume_init(), &*vtable.cast::<RawWakerVTable>()) })
+}
+
+/// Drops the payload of a cancelled timer: for a timer of callbacks
+/// (`discard_of::<Callback>`), a sleep's wake-up without waking its task; any other
+/// payload as a drop does.
+pub(crate) fn discard_of<T: 'static>() -> fn(T) {
+    let discard: &dyn Any = &(Callback::discard as fn(Callback));
+    discard.downcast_ref::<fn(T)>().copied().unwrap_or(drop)
+}
+
+// SAFETY: `new` takes only `Send` closures, and a waker is `Send`: the callback owns its
+// closure (in the word or in its box) or waker and may take it to any thread.
 unsafe impl Send for Callback {}
 // SAFETY: through `&Callback` nothing reaches the closure: the only `&self` methods read
-// `kind`, a `'static` table of functions and a flag. So no two threads can ever touch the
-// closure at once, whatever it is (the idea of std's unstable `Exclusive`).
+// `table`'s address, not what it points to. So no two threads can ever touch the closure
+// at once, whatever it is (the idea of std's unstable `Exclusive`).
 unsafe impl Sync for Callback {}
 
 impl fmt::Debug for Callback {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(if self.kind.wake_up {
+        f.write_str(if self.is_wake_up() {
             "Callback::Wake(..)"
         } else {
             "Callback::Closure(..)"
@@ -285,6 +339,8 @@ mod tests {
             assert_eq!(Arc::strong_count(&runs), 1, "the capture was dropped by the run");
             drop(make());
             assert_eq!(Arc::strong_count(&runs), 1, "the capture was dropped unrun");
+            make().discard();
+            assert_eq!(Arc::strong_count(&runs), 1, "the capture was discarded unrun");
         }
         assert_eq!(runs.load(Ordering::Relaxed), 2);
     }
@@ -318,6 +374,48 @@ mod tests {
             assert!(outcome.is_err());
             assert_eq!(Arc::strong_count(&runs), 1);
         }
+    }
+
+    /// A waker that counts its wake-ups; its `Arc`'s count tells how many copies live.
+    struct Count(AtomicUsize);
+
+    impl std::task::Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn counting_waker() -> (Arc<Count>, Waker) {
+        let count = Arc::new(Count(AtomicUsize::new(0)));
+        (Arc::clone(&count), Waker::from(count))
+    }
+
+    #[test]
+    fn a_wake_up_run_or_dropped_wakes_once_and_discarded_wakes_nobody() {
+        // Each on another thread, as a reaper would (miri checks the waker is rebuilt
+        // whole and dropped once).
+        let ends: [fn(Callback); 3] = [Callback::run, drop, Callback::discard];
+        for (end, wakes) in ends.into_iter().zip([1, 1, 0]) {
+            let (count, waker) = counting_waker();
+            let callback = Callback::wake(waker);
+            assert!(callback.is_wake_up());
+            assert_eq!(format!("{callback:?}"), "Callback::Wake(..)");
+            std::thread::spawn(move || end(callback)).join().unwrap();
+            assert_eq!(count.0.load(Ordering::Relaxed), wakes);
+            assert_eq!(Arc::strong_count(&count), 1, "the waker is dropped once");
+        }
+    }
+
+    #[test]
+    fn a_timer_of_callbacks_discards_and_any_other_drops() {
+        let (count, waker) = counting_waker();
+        discard_of::<Callback>()(Callback::wake(waker));
+        assert_eq!(count.0.load(Ordering::Relaxed), 0, "discarded unwoken");
+        assert_eq!(Arc::strong_count(&count), 1);
+        let (count, waker) = counting_waker();
+        discard_of::<Option<Callback>>()(Some(Callback::wake(waker)));
+        assert_eq!(count.0.load(Ordering::Relaxed), 1, "dropped, so woken");
+        assert_eq!(Arc::strong_count(&count), 1);
     }
 
     #[test]

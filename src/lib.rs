@@ -123,7 +123,6 @@ mod slab;
 mod wheel;
 
 cfg_engine! {
-    mod alarm;
     mod barrier;
     mod bound;
     mod callback;
@@ -157,10 +156,23 @@ mod hyper_timer;
 #[cfg(loom)]
 #[doc(hidden)]
 pub mod loom_api {
-    pub use crate::alarm::{Alarm, Listener, live as live_alarms, pair as alarm_pair};
     pub use crate::due::Due;
     pub use crate::shard::{Refused, Shard};
     pub use crate::stage::Stage;
+
+    use crate::callback::Callback;
+    use std::task::Waker;
+
+    /// The wake-up of a sleep whose task `waker` wakes (see `callback`).
+    pub fn wake_up(waker: Waker) -> Callback {
+        Callback::wake(waker)
+    }
+
+    /// Drops a cancelled timer's callback as a timer of callbacks does (see
+    /// `Shard::with_discard`).
+    pub fn discard(callback: Callback) {
+        callback.discard();
+    }
 }
 
 pub use error::{Full, StaleKey};

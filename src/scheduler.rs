@@ -317,6 +317,13 @@ impl<T: Send + 'static> Scheduler<T> {
         })
     }
 
+    /// Whether the timer `handle` names is still pending (see `Shard::is_pending`).
+    #[inline]
+    pub(crate) fn is_pending(&self, handle: TimerHandle) -> bool {
+        self.shard_of(handle)
+            .is_some_and(|(shard, named)| shard.is_pending(named.slot, named.generation))
+    }
+
     /// See [`Timer::reset`](crate::Timer::reset).
     pub(crate) fn reset_due(&self, handle: TimerHandle, deadline: u64) -> Result<(), StaleHandle> {
         let (shard, named) = self.shard_of(handle).ok_or(StaleHandle)?;

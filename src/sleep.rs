@@ -12,27 +12,48 @@
 //! once costs no timer and no clock read at all (pingora-timeout's lesson: most timeouts
 //! never need one); nor does a deadline found passed at the first poll.
 //!
-//! The sleep and its timer's callback share one allocation (see `alarm`): the waker of the
-//! task that awaits the sleep, and how the wait ended. The callback rings it; a sleep
-//! dropped before its deadline lets go of it first, so that the cancelled callback, dropped
-//! later, wakes nobody, and then cancels its timer in O(1). Each poll makes sure the alarm
-//! wakes the polling task, so a task that moves to another waker keeps its timer.
+//! A sleep allocates nothing: its timer's callback is the task's waker itself (see
+//! `callback`), kept in the timer's slot, and the sleep keeps only the timer's handle. The
+//! slot's state says how the wait stands. While the timer is pending, the wait goes on; once
+//! the reaper has taken it (to fire it, or to hand it back at shutdown), the wake-up comes,
+//! and the sleep finds its deadline passed (`Ok`) or not (the timer shut down). A sleep
+//! dropped before its deadline cancels its timer in O(1); the reaper later discards the
+//! cancelled waker without waking the task. A timer still in this thread's stage (a
+//! timeout whose work finished first, the common case) comes back with its waker, which is
+//! dropped on the task's own core and nothing else is touched. (Dropped on another thread
+//! while still staged, the timer is cancelled and its waker stays in that stage until the
+//! stage is handed over or collected.)
+//!
+//! A poll with the waker of another task (rare: a task's waker stays the same from poll to
+//! poll) cancels the timer and schedules it anew with that waker, at the same deadline;
+//! a cancel that finds the timer taken means the wait has ended. The sleep knows its
+//! waker by its two pointers (what `Waker::will_wake` compares), holding no reference.
 
-use crate::alarm::{self, Listener};
 use crate::callback::Callback;
-use crate::error::SleepError;
+use crate::error::{ScheduleError, SleepError};
 use crate::global::EngineRef;
 use crate::handle::TimerHandle;
 use crate::timer::Timer;
 use std::future::Future;
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 /// The timer of a polled sleep.
 struct Armed {
     handle: TimerHandle,
-    listener: Listener,
+    /// Which waker the timer wakes: its data and table pointers' addresses (what
+    /// `Waker::will_wake` compares). While the timer is pending its slot holds that waker,
+    /// so no other live waker has the same two.
+    waker: [usize; 2],
+}
+
+/// The two pointers that tell `waker` from another (see `Armed::waker`).
+fn identity(waker: &Waker) -> [usize; 2] {
+    [
+        waker.data().addr(),
+        std::ptr::from_ref(waker.vtable()).addr(),
+    ]
 }
 
 /// A future that completes at a deadline, on a [`Timer`]; from [`Timer::sleep`] or
@@ -147,7 +168,6 @@ impl Sleep {
             // fails, and the next poll schedules a new one. A deadline already passed
             // needs no timer: the next poll finds it passed.
             if deadline > scheduler.now()
-                && armed.listener.ended().is_none()
                 && scheduler
                     .reset_due(armed.handle, scheduler.within(deadline, self.slack))
                     .is_ok()
@@ -170,13 +190,11 @@ impl Sleep {
     /// assert!(sleep.is_elapsed());
     /// ```
     pub fn is_elapsed(&self) -> bool {
-        match &self.armed {
-            Some(armed) => matches!(armed.listener.ended(), Some(Ok(()))),
-            None => match self.due {
-                Deadline::At(deadline) => deadline <= self.engine.scheduler().now(),
-                Deadline::AfterFirstPoll(delay) => delay.is_zero(),
-            },
-        }
+        let scheduler = self.engine.scheduler();
+        self.armed
+            .as_ref()
+            .is_none_or(|armed| !scheduler.is_pending(armed.handle))
+            && self.deadline_passed()
     }
 
     /// Lets go of the timer: wakes nobody any more, and cancels it if it is pending.
@@ -187,24 +205,55 @@ impl Sleep {
         }
     }
 
+    /// Cancels the timer; false if it was not pending any more (the wait has ended).
     #[inline(never)]
-    fn let_go(&self, armed: Armed) {
+    fn let_go(&self, armed: Armed) -> bool {
         let scheduler = self.engine.scheduler();
         // A timer still in this thread's stage (a timeout whose work finished first, the
-        // common case) comes back unrun with its alarm: both ends are here, and go
-        // without the two read-modify-writes of letting go one end at a time.
-        if let Some(alarm) = scheduler
-            .take_staged(armed.handle)
-            .and_then(Callback::into_alarm)
-        {
-            armed.listener.reclaim(alarm);
-            return;
+        // common case) comes back unrun with its waker, dropped here, on the task's core.
+        if let Some(callback) = scheduler.take_staged(armed.handle) {
+            callback.discard();
+            return true;
         }
-        // The listener first, so that the cancelled callback wakes nobody; a timer whose
-        // wait ended has ended too, with nothing to cancel.
-        if armed.listener.leave().is_none() {
-            scheduler.cancel(armed.handle);
+        // Otherwise the reaper discards the cancelled waker, waking nobody.
+        scheduler.cancel(armed.handle)
+    }
+
+    /// Whether the deadline has passed (a delay not yet started has not, unless zero).
+    fn deadline_passed(&self) -> bool {
+        match self.due {
+            Deadline::At(deadline) => deadline <= self.engine.scheduler().now(),
+            Deadline::AfterFirstPoll(delay) => delay.is_zero(),
         }
+    }
+
+    /// The output of a wait whose timer is gone: its deadline has passed, or the timer
+    /// shut down before (the reaper handed the timer back).
+    fn outcome(&self) -> Poll<Result<(), SleepError>> {
+        Poll::Ready(if self.deadline_passed() {
+            Ok(())
+        } else {
+            Err(SleepError::Shutdown)
+        })
+    }
+
+    /// A poll of an armed sleep: pending while its timer is, with the timer moved to a
+    /// new waker if the task's has changed.
+    fn listen(&mut self, waker: &Waker) -> Option<Poll<Result<(), SleepError>>> {
+        let armed = self.armed.as_ref()?;
+        if !self.engine.scheduler().is_pending(armed.handle) {
+            return Some(self.outcome());
+        }
+        if armed.waker == identity(waker) {
+            return Some(Poll::Pending);
+        }
+        let armed = self.armed.take()?;
+        if !self.let_go(armed) {
+            // Taken by the reaper meanwhile: the old waker is woken, but this poll ends it.
+            return Some(self.outcome());
+        }
+        // Cancelled: the caller schedules the timer anew, with this waker.
+        None
     }
 }
 
@@ -213,11 +262,8 @@ impl Future for Sleep {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
-        if let Some(armed) = &mut this.armed {
-            return match armed.listener.listen(cx.waker()) {
-                Some(done) => Poll::Ready(done),
-                None => Poll::Pending,
-            };
+        if let Some(polled) = this.listen(cx.waker()) {
+            return polled;
         }
         let scheduler = this.engine.scheduler();
         let deadline = match this.due {
@@ -232,17 +278,24 @@ impl Future for Sleep {
             Deadline::At(deadline) if deadline <= scheduler.now() => return Poll::Ready(Ok(())),
             Deadline::At(deadline) => deadline,
         };
-        let (listener, alarm) = alarm::pair(cx.waker().clone());
-        match scheduler.insert_due(scheduler.within(deadline, this.slack), Callback::wake(alarm)) {
+        let waker = cx.waker();
+        let wake_up = Callback::wake(waker.clone());
+        match scheduler.insert_due(scheduler.within(deadline, this.slack), wake_up) {
             Ok(handle) => {
-                this.armed = Some(Armed { handle, listener });
+                this.armed = Some(Armed {
+                    handle,
+                    waker: identity(waker),
+                });
                 Poll::Pending
             }
             Err(refused) => {
-                // The listener first: the refused callback, dropped with the error, wakes
-                // nobody.
-                drop(listener);
-                Poll::Ready(Err(refused.into()))
+                let error = match refused {
+                    ScheduleError::Full(_) => SleepError::Full,
+                    ScheduleError::Shutdown(_) => SleepError::Shutdown,
+                };
+                // Discarded: the refused wake-up wakes nobody.
+                refused.into_inner().discard();
+                Poll::Ready(Err(error))
             }
         }
     }

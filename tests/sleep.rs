@@ -1,12 +1,15 @@
 //! Futures on the engine: `sleep`, `sleep_until`, `timeout`, polled by hand on a manual
 //! timer (so every step is exact), and awaited on two executors with real reapers.
 
+mod common;
+
+use common::{Count, counting, wakes};
 use shardwheel::{SleepError, TimeoutError, Timer};
 use std::future::{Future, pending};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::task::{Context, Poll, Wake, Waker};
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 fn manual() -> Timer {
@@ -15,25 +18,6 @@ fn manual() -> Timer {
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
-}
-
-/// A waker that counts its wake-ups.
-#[derive(Default)]
-struct Count(AtomicUsize);
-
-impl Wake for Count {
-    fn wake(self: Arc<Self>) {
-        self.0.fetch_add(1, Ordering::Relaxed);
-    }
-}
-
-fn counting() -> (Arc<Count>, Waker) {
-    let count = Arc::new(Count::default());
-    (Arc::clone(&count), Waker::from(count))
-}
-
-fn wakes(count: &Count) -> usize {
-    count.0.load(Ordering::Relaxed)
 }
 
 fn poll<F: Future + Unpin>(future: &mut F, waker: &Waker) -> Poll<F::Output> {
@@ -64,16 +48,22 @@ fn a_sleep_ends_at_its_deadline_and_not_before() {
 }
 
 #[test]
-fn a_new_waker_takes_over_the_same_timer() {
+fn a_new_waker_takes_over_the_wait() {
     let timer = manual();
     let (first, first_waker) = counting();
     let (second, second_waker) = counting();
     let mut sleep = timer.sleep(ms(5));
     assert!(poll(&mut sleep, &first_waker).is_pending());
     assert!(poll(&mut sleep, &second_waker).is_pending());
+    assert_eq!(Arc::strong_count(&first), 2, "the first waker is let go");
     timer.advance(ms(5)).unwrap();
     assert_eq!((wakes(&first), wakes(&second)), (0, 1));
-    assert_eq!(timer.stats().scheduled, 1, "one timer for both polls");
+    let stats = timer.stats();
+    assert_eq!(
+        (stats.scheduled, stats.cancelled),
+        (2, 1),
+        "the timer was moved to the new waker"
+    );
     assert_eq!(poll(&mut sleep, &second_waker), Poll::Ready(Ok(())));
 }
 
@@ -121,8 +111,12 @@ fn a_sleep_dropped_on_its_thread_on_another_or_after_a_reset_lets_go_once() {
                 drop(sleep);
             }
         }
-        assert_eq!(Arc::strong_count(&count), 2, "{how}: the waker is let go");
+        if how == "here" {
+            // Taken back from the stage, never seen by the reaper.
+            assert_eq!(Arc::strong_count(&count), 2, "{how}: the waker is let go");
+        }
         timer.advance(ms(100)).unwrap();
+        assert_eq!(Arc::strong_count(&count), 2, "{how}: the waker is let go");
         let stats = timer.stats();
         assert_eq!((stats.cancelled, stats.fired), (1, 0), "{how}");
         assert_eq!(timer.pending(), 0, "{how}");
@@ -394,7 +388,12 @@ proptest::proptest! {
                     counts.retain(|c| !Arc::ptr_eq(c, &count));
                     timer.advance(ms(0)).unwrap();
                     proptest::prop_assert_eq!(wakes(&count), woken, "woken as it was dropped");
-                    proptest::prop_assert_eq!(Arc::strong_count(&count), 1, "the waker is let go");
+                    if !away {
+                        // Taken back from its thread's stage, or cancelled and discarded by
+                        // the reaper. (A timer dropped on another thread while staged keeps
+                        // its waker until the stage is collected: checked at the end.)
+                        proptest::prop_assert_eq!(Arc::strong_count(&count), 1, "the waker is let go");
+                    }
                 }
                 Step::Drop(..) => {}
                 Step::Advance(by) => {

@@ -51,7 +51,7 @@ impl<T> Shard<T> {
         };
         if let Some(payload) = payload {
             drop(guard);
-            self.contain(|| drop(payload));
+            self.discard(payload);
         }
         true
     }
@@ -141,6 +141,21 @@ impl<T> Shard<T> {
         slot.state
             .store(slots::word(generation, FIRING), Ordering::Relaxed);
         payload
+    }
+
+    /// Whether the timer in slot `index` of generation `generation` is still pending:
+    /// neither fired (nor firing), cancelled, nor handed back at shutdown.
+    ///
+    /// Relaxed: a sleep asks as its task is polled. If the reaper woke the task, it did so
+    /// after its CAS took the slot from `PENDING` (in `claim`), and the waker's own
+    /// synchronisation (wake, then poll) orders that CAS before this load; otherwise a
+    /// stale `true` only means the task waits for that wake-up.
+    pub fn is_pending(&self, index: u32, generation: u32) -> bool {
+        // Pinned if need be: once fired, the slot's chunk may be given back.
+        let guard = Pin::for_slot(index);
+        self.slots.get(index, &guard).is_some_and(|slot| {
+            slot.state.load(Ordering::Relaxed) & !FLAGS == slots::word(generation, PENDING)
+        })
     }
 
     /// Moves the pending timer in slot `index` of generation `generation` to `deadline`

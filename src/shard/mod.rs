@@ -209,6 +209,14 @@ impl<T> Shard<T> {
         self
     }
 
+    /// Makes the shard drop the payload of a cancelled timer with `discard` rather than as
+    /// a drop does: a timer of callbacks discards a sleep's wake-up without waking its
+    /// task (see `callback::discard_of`).
+    pub fn with_discard(mut self, discard: fn(T)) -> Self {
+        self.slots.discard = discard;
+        self
+    }
+
     /// Makes the shard hold at most `limit` slots (see `Slots::with_limit`).
     pub(crate) fn with_slot_limit(mut self, limit: u32) -> Self {
         self.slots = self.slots.with_limit(limit);

@@ -94,7 +94,15 @@ impl<T> Shard<T> {
         if self.deferred.rescuing.load(Ordering::Relaxed) {
             self.deferred.payloads().1.push(payload);
         } else {
-            self.contain(|| drop(payload));
+            self.discard(payload);
+        }
+    }
+
+    /// Drops the payload of a cancelled timer (see `with_discard`), as user code; a
+    /// payload with nothing to drop costs no call.
+    pub(super) fn discard(&self, payload: T) {
+        if std::mem::needs_drop::<T>() {
+            self.contain(|| (self.slots.discard)(payload));
         }
     }
 }
@@ -120,7 +128,7 @@ impl<T: Send> Shard<T> {
                 sibling.contain(|| handler(payload));
             }
             for payload in cancelled {
-                sibling.contain(|| drop(payload));
+                sibling.discard(payload);
             }
             if let Some(next) = next {
                 let look = next.min(clock.elapsed().saturating_add(clock::nanos(RESCUE_POLL)));

@@ -1,6 +1,6 @@
 //! The owner's cancels of its own staged timers: a timer still in the calling thread's
-//! stage is taken out of it, its payload handed back to drop (or, for a sleep letting go,
-//! to reclaim its alarm, see `Sleep::let_go`), and its slot kept for the owner's next
+//! stage is taken out of it, its payload handed back to drop (for a sleep letting go, its
+//! waker, see `Sleep::let_go`), and its slot kept for the owner's next
 //! timer, with no shared line written and the reaper never told. The stage is held for
 //! this as for staging (see `stage`); a timer another thread cancelled or reset, or one
 //! already handed over, is left to the usual path (see `cancel_from`).
@@ -36,7 +36,7 @@ impl<T> Shard<T> {
     /// still waits in `stage`, the calling thread's own, untouched by any other thread (no
     /// reset, no cancel): takes it out and returns its payload, unrun and never seen by a
     /// reaper. `None`, and nothing done, otherwise. (A sleep that lets go of its timer so
-    /// gets its own alarm back, see `Sleep::let_go`.)
+    /// gets its own waker back, see `Sleep::let_go`.)
     #[inline]
     pub fn take_staged(&self, stage: &Stage, index: u32, generation: u32) -> Option<T> {
         self.holding(stage, |held| {

@@ -316,6 +316,8 @@ pub(crate) struct Slots<T> {
     spare: CachePadded<AtomicU64>,
     /// Whether big chunks go on huge pages (`Builder::huge_pages`).
     huge_pages: bool,
+    /// Drops a cancelled timer's payload (see `Shard::with_discard`).
+    pub(crate) discard: fn(T),
     /// Slots claims may reach, at most `MAX_SLOTS`: fewer in a timer of over 64 shards,
     /// whose handles leave each shard fewer bits (see `handle::Handles`).
     limit: u32,
@@ -343,6 +345,7 @@ impl<T> Slots<T> {
             free: CachePadded::new(AtomicU64::new(free::head(0, NIL))),
             spare: CachePadded::new(AtomicU64::new(free::head(0, NIL))),
             huge_pages: true,
+            discard: drop,
             limit: MAX_SLOTS,
             payloads: PhantomData,
         }
@@ -567,7 +570,12 @@ impl<T> Drop for Slots<T> {
                     // SAFETY: published and not yet taken by the reaper (which takes the
                     // payload only when it fires or frees the slot), so initialised; the
                     // slots are going away, so it is read once.
-                    drop(unsafe { slot.take_payload() });
+                    let payload = unsafe { slot.take_payload() };
+                    if state == CANCELLED {
+                        (self.discard)(payload);
+                    } else {
+                        drop(payload);
+                    }
                 }
             }
             // SAFETY: as above; the payloads are out, and nothing uses the chunk again.

@@ -3,7 +3,7 @@
 
 use super::{reaper_thread, Driver, Engine, Manual, Timer};
 use crate::bound::Bound;
-use crate::callback::Callback;
+use crate::callback::{self, Callback};
 use crate::clock::Clock;
 use crate::due::Due;
 use crate::error::BuildError;
@@ -340,6 +340,7 @@ impl Builder {
                 .with_spin(self.spin)
                 .with_wake_early(self.wake_early)
                 .with_huge_pages(self.huge_pages)
+                .with_discard(callback::discard_of::<T>())
                 .with_slot_limit(Handles::slot_limit(self.shards))
                 .with_reapers_by_cpu(Arc::clone(&reapers_by_cpu))
                 .with_clock(clock)

@@ -3,6 +3,9 @@
 #![allow(dead_code)] // each test binary uses part of it
 
 use shardwheel::Timer;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::{Wake, Waker};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -38,4 +41,25 @@ where
     runtime.block_on(spawned).unwrap();
     futures::executor::block_on(task(timer.clone()));
     timer
+}
+
+/// A waker that counts its wake-ups; its `Arc`'s count tells how many copies live.
+#[derive(Default)]
+pub struct Count(AtomicUsize);
+
+impl Wake for Count {
+    fn wake(self: Arc<Self>) {
+        self.0.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// A counting waker, and its count.
+pub fn counting() -> (Arc<Count>, Waker) {
+    let count = Arc::new(Count::default());
+    (Arc::clone(&count), Waker::from(count))
+}
+
+/// How often the waker of `count` woke its task.
+pub fn wakes(count: &Count) -> usize {
+    count.0.load(Ordering::Relaxed)
 }
