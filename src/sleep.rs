@@ -42,9 +42,10 @@ use std::time::{Duration, Instant};
 /// The timer of a polled sleep.
 struct Armed {
     handle: TimerHandle,
-    /// Which waker the timer wakes: its data and table pointers' addresses (what
-    /// `Waker::will_wake` compares). While the timer is pending its slot holds that waker,
-    /// so no other live waker has the same two.
+    /// Which waker the timer wakes: the data and table pointers' addresses (what
+    /// `Waker::will_wake` compares) of the clone its slot holds. While the timer is
+    /// pending that clone lives, so no other live waker has the same two. (An executor
+    /// whose clones differ from the waker it polls with costs a new timer a poll.)
     waker: [usize; 2],
 }
 
@@ -72,8 +73,9 @@ fn identity(waker: &Waker) -> [usize; 2] {
 /// The deadline of [`Timer::sleep`]`(delay)` is `delay` after the sleep's first poll (see
 /// [`deadline`](Self::deadline)); that of [`Timer::sleep_until`] is the instant given. Its
 /// timer is scheduled at its first poll (none if the deadline has passed by then); polling
-/// again, with the same waker or another, keeps that timer. Dropping the sleep cancels it
-/// in O(1). A deadline past 584 years after the timer started is clamped to that.
+/// again with the same waker keeps that timer, and a poll with another task's waker moves
+/// the wait to a new timer at the same deadline (which a full timer can refuse:
+/// [`SleepError::Full`]). Dropping the sleep cancels its timer in O(1). A deadline past 584 years after the timer started is clamped to that.
 ///
 /// ```
 /// use std::time::Duration;
@@ -278,14 +280,13 @@ impl Future for Sleep {
             Deadline::At(deadline) if deadline <= scheduler.now() => return Poll::Ready(Ok(())),
             Deadline::At(deadline) => deadline,
         };
-        let waker = cx.waker();
-        let wake_up = Callback::wake(waker.clone());
-        match scheduler.insert_due(scheduler.within(deadline, this.slack), wake_up) {
+        // The identity of the clone the slot keeps: alive while the timer is pending (see
+        // `Armed::waker`), where the waker polled with may not be.
+        let waker = cx.waker().clone();
+        let identity = identity(&waker);
+        match scheduler.insert_due(scheduler.within(deadline, this.slack), Callback::wake(waker)) {
             Ok(handle) => {
-                this.armed = Some(Armed {
-                    handle,
-                    waker: identity(waker),
-                });
+                this.armed = Some(Armed { handle, waker: identity });
                 Poll::Pending
             }
             Err(refused) => {

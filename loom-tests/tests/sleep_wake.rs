@@ -130,6 +130,7 @@ fn a_poll_racing_the_fire_is_never_lost(exact: bool) {
             .schedule(sleeps.due_at, wake_up(waker))
             .unwrap();
         let reaper = sleeps.reaper();
+        thread::yield_now();
         // A poll: a timer still pending means the task waits for its wake-up.
         if sleeps.shard.is_pending(slot, generation) {
             while woken(&count) == 0 {

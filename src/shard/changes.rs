@@ -146,15 +146,18 @@ impl<T> Shard<T> {
     /// Whether the timer in slot `index` of generation `generation` is still pending:
     /// neither fired (nor firing), cancelled, nor handed back at shutdown.
     ///
-    /// Relaxed: a sleep asks as its task is polled. If the reaper woke the task, it did so
-    /// after its CAS took the slot from `PENDING` (in `claim`), and the waker's own
-    /// synchronisation (wake, then poll) orders that CAS before this load; otherwise a
-    /// stale `true` only means the task waits for that wake-up.
+    /// A sleep asks as its task is polled. A stale `true` only means the task waits for the
+    /// wake-up, which the reaper sends after its CAS took the slot from `PENDING` (in
+    /// `claim`).
     pub fn is_pending(&self, index: u32, generation: u32) -> bool {
         // Pinned if need be: once fired, the slot's chunk may be given back.
         let guard = Pin::for_slot(index);
+        // Acquire: pairs with that CAS's Release (and the Release of the slot's freeing
+        // after it), so a poll that finds the timer taken, woken or not (a sibling in a
+        // `join!` polls it too), also sees the time the reaper took it at: a manual
+        // timer's `advance` stores it before the pass, and the sleep reads it next.
         self.slots.get(index, &guard).is_some_and(|slot| {
-            slot.state.load(Ordering::Relaxed) & !FLAGS == slots::word(generation, PENDING)
+            slot.state.load(Ordering::Acquire) & !FLAGS == slots::word(generation, PENDING)
         })
     }
 
@@ -217,7 +220,7 @@ impl<T> Shard<T> {
             {
                 let payload = self.take_refused(slot, generation);
                 drop(guard);
-                self.contain(|| drop(payload));
+                self.discard(payload);
                 return false;
             }
         }

@@ -484,14 +484,16 @@ impl<T> Shard<T> {
         expected: u32,
         freed: &mut Freed,
     ) -> Result<T, u32> {
-        // Acquire on success: the payload the producer published. The race with `cancel`
-        // is decided here: exactly one of the two CASes from PENDING succeeds. Acquire on
-        // failure too: the caller looks at the state it returns.
+        // Acquire on success: the payload the producer published; Release: a sleep that
+        // finds its timer taken (`is_pending`) sees what the reaper did before, the time of
+        // a manual timer's `advance` among it. The race with `cancel` is decided here:
+        // exactly one of the two CASes from PENDING succeeds. Acquire on failure too: the
+        // caller looks at the state it returns.
         let (generation, _) = slots::split(expected);
         slot.state.compare_exchange(
             expected,
             slots::word(generation, FIRING),
-            Ordering::Acquire,
+            Ordering::AcqRel,
             Ordering::Acquire,
         )?;
         self.count_out();

@@ -97,7 +97,7 @@ impl<T> Shard<T> {
         };
         self.leave(stage);
         if let Some(payload) = payload {
-            self.contain(|| drop(payload));
+            self.discard(payload);
         }
         Some(true)
     }
