@@ -27,7 +27,8 @@
 //! A poll with the waker of another task (rare: a task's waker stays the same from poll to
 //! poll) cancels the timer and schedules it anew with that waker, at the same deadline;
 //! a cancel that finds the timer taken means the wait has ended. The sleep knows its
-//! waker by its two pointers (what `Waker::will_wake` compares), holding no reference.
+//! waker by its data pointer and its table's functions (see `Wakes`), holding no
+//! reference.
 
 use crate::callback::Callback;
 use crate::error::{ScheduleError, SleepError};
@@ -36,25 +37,57 @@ use crate::handle::TimerHandle;
 use crate::timer::Timer;
 use std::future::Future;
 use std::pin::Pin;
-use std::task::{Context, Poll, Waker};
+use std::mem::size_of;
+use std::task::{Context, Poll, RawWakerVTable, Waker};
 use std::time::{Duration, Instant};
 
 /// The timer of a polled sleep.
 struct Armed {
     handle: TimerHandle,
-    /// Which waker the timer wakes: the data and table pointers' addresses (what
-    /// `Waker::will_wake` compares) of the clone its slot holds. While the timer is
-    /// pending that clone lives, so no other live waker has the same two. (An executor
-    /// whose clones differ from the waker it polls with costs a new timer a poll.)
-    waker: [usize; 2],
+    /// The waker whose clone its slot holds (see `Wakes`).
+    waker: Wakes,
 }
 
-/// The two pointers that tell `waker` from another (see `Armed::waker`).
-fn identity(waker: &Waker) -> [usize; 2] {
-    [
-        waker.data().addr(),
-        std::ptr::from_ref(waker.vtable()).addr(),
-    ]
+/// Which task a waker wakes: its data pointer's address and its table. A poll whose waker
+/// has the same data and the same functions (the same table, or one with the same
+/// functions in it: the table's address can differ between a waker and its clone, as
+/// `Waker::noop`'s does) would be woken by the slot's clone exactly as by its own waker,
+/// so the timer stays; any other waker moves the wait to a new timer.
+struct Wakes {
+    data: usize,
+    table: &'static RawWakerVTable,
+}
+
+// A table is its four functions and nothing else: no padding, every byte initialised.
+const _: () = assert!(size_of::<RawWakerVTable>() == 4 * size_of::<fn()>());
+
+impl Wakes {
+    fn of(waker: &Waker) -> Self {
+        Wakes {
+            data: waker.data().addr(),
+            table: waker.vtable(),
+        }
+    }
+
+    /// Whether `waker` wakes as this one does.
+    #[inline]
+    fn as_does(&self, waker: &Waker) -> bool {
+        waker.data().addr() == self.data
+            && (std::ptr::eq(waker.vtable(), self.table)
+                || table_bytes(waker.vtable()) == table_bytes(self.table))
+    }
+}
+
+/// The bytes of a waker's table: its four function pointers.
+fn table_bytes(table: &RawWakerVTable) -> &[u8] {
+    // SAFETY: the table is borrowed for the slice's life, and all of its bytes are
+    // initialised: four function pointers and no padding (asserted above).
+    unsafe {
+        std::slice::from_raw_parts(
+            std::ptr::from_ref(table).cast::<u8>(),
+            size_of::<RawWakerVTable>(),
+        )
+    }
 }
 
 /// A future that completes at a deadline, on a [`Timer`]; from [`Timer::sleep`] or
@@ -67,7 +100,8 @@ fn identity(waker: &Waker) -> [usize; 2] {
 /// A sleep is `'static`, `Send` and `Sync`, and `Unpin`: it holds a handle to the engine,
 /// not a borrow of the [`Timer`], and can be kept in a struct across `.await`s. Like a
 /// clone of the timer, it keeps the engine running after the timer is dropped;
-/// [`shutdown`](Timer::shutdown) ends it with [`SleepError::Shutdown`]. On
+/// [`shutdown`](Timer::shutdown) ends it with [`SleepError::Shutdown`] (with `Ok` if its
+/// deadline had passed, its timer not yet fired). On
 /// [`Timer::global`] it holds no reference count, and costs less.
 ///
 /// The deadline of [`Timer::sleep`]`(delay)` is `delay` after the sleep's first poll (see
@@ -246,7 +280,7 @@ impl Sleep {
         if !self.engine.scheduler().is_pending(armed.handle) {
             return Some(self.outcome());
         }
-        if armed.waker == identity(waker) {
+        if armed.waker.as_does(waker) {
             return Some(Poll::Pending);
         }
         let armed = self.armed.take()?;
@@ -280,13 +314,16 @@ impl Future for Sleep {
             Deadline::At(deadline) if deadline <= scheduler.now() => return Poll::Ready(Ok(())),
             Deadline::At(deadline) => deadline,
         };
-        // The identity of the clone the slot keeps: alive while the timer is pending (see
-        // `Armed::waker`), where the waker polled with may not be.
+        // What the clone the slot keeps wakes, not the waker polled with: the clone lives
+        // while the timer is pending, so its data cannot be another task's meanwhile.
         let waker = cx.waker().clone();
-        let identity = identity(&waker);
+        let wakes = Wakes::of(&waker);
         match scheduler.insert_due(scheduler.within(deadline, this.slack), Callback::wake(waker)) {
             Ok(handle) => {
-                this.armed = Some(Armed { handle, waker: identity });
+                this.armed = Some(Armed {
+                    handle,
+                    waker: wakes,
+                });
                 Poll::Pending
             }
             Err(refused) => {
@@ -352,5 +389,28 @@ impl Timer {
     pub fn sleep_until(&self, deadline: impl Into<Instant>) -> Sleep {
         let deadline = self.scheduler().deadline_at(deadline.into());
         Sleep::new(self, Deadline::At(deadline))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::task::Wake;
+
+    struct Task;
+
+    impl Wake for Task {
+        fn wake(self: Arc<Self>) {}
+    }
+
+    #[test]
+    fn a_waker_wakes_as_its_clone_does_and_not_as_another_tasks() {
+        let noop = Waker::noop();
+        assert!(Wakes::of(&noop.clone()).as_does(noop));
+        let (first, second) = (Waker::from(Arc::new(Task)), Waker::from(Arc::new(Task)));
+        assert!(Wakes::of(&first.clone()).as_does(&first));
+        assert!(!Wakes::of(&first).as_does(&second), "another task's");
+        assert!(!Wakes::of(&first).as_does(noop), "another kind of waker");
     }
 }
