@@ -37,7 +37,6 @@ use crate::handle::TimerHandle;
 use crate::timer::Timer;
 use std::future::Future;
 use std::pin::Pin;
-use std::mem::size_of;
 use std::task::{Context, Poll, RawWakerVTable, Waker};
 use std::time::{Duration, Instant};
 
@@ -58,9 +57,6 @@ struct Wakes {
     table: &'static RawWakerVTable,
 }
 
-// A table is its four functions and nothing else: no padding, every byte initialised.
-const _: () = assert!(size_of::<RawWakerVTable>() == 4 * size_of::<fn()>());
-
 impl Wakes {
     fn of(waker: &Waker) -> Self {
         Wakes {
@@ -73,20 +69,7 @@ impl Wakes {
     #[inline]
     fn as_does(&self, waker: &Waker) -> bool {
         waker.data().addr() == self.data
-            && (std::ptr::eq(waker.vtable(), self.table)
-                || table_bytes(waker.vtable()) == table_bytes(self.table))
-    }
-}
-
-/// The bytes of a waker's table: its four function pointers.
-fn table_bytes(table: &RawWakerVTable) -> &[u8] {
-    // SAFETY: the table is borrowed for the slice's life, and all of its bytes are
-    // initialised: four function pointers and no padding (asserted above).
-    unsafe {
-        std::slice::from_raw_parts(
-            std::ptr::from_ref(table).cast::<u8>(),
-            size_of::<RawWakerVTable>(),
-        )
+            && (std::ptr::eq(waker.vtable(), self.table) || *waker.vtable() == *self.table)
     }
 }
 
