@@ -31,7 +31,7 @@
 //! reference.
 
 use crate::callback::Callback;
-use crate::error::{ScheduleError, SleepError};
+use crate::error::SleepError;
 use crate::global::EngineRef;
 use crate::handle::TimerHandle;
 use crate::timer::Timer;
@@ -68,8 +68,7 @@ impl Wakes {
     /// Whether `waker` wakes as this one does.
     #[inline]
     fn as_does(&self, waker: &Waker) -> bool {
-        waker.data().addr() == self.data
-            && (std::ptr::eq(waker.vtable(), self.table) || *waker.vtable() == *self.table)
+        waker.data().addr() == self.data && *waker.vtable() == *self.table
     }
 }
 
@@ -92,7 +91,8 @@ impl Wakes {
 /// timer is scheduled at its first poll (none if the deadline has passed by then); polling
 /// again with the same waker keeps that timer, and a poll with another task's waker moves
 /// the wait to a new timer at the same deadline (which a full timer can refuse:
-/// [`SleepError::Full`]). Dropping the sleep cancels its timer in O(1). A deadline past 584 years after the timer started is clamped to that.
+/// [`SleepError::Full`]). Dropping the sleep cancels its timer in O(1). A deadline past
+/// 584 years after the timer started is clamped to that.
 ///
 /// ```
 /// use std::time::Duration;
@@ -310,13 +310,8 @@ impl Future for Sleep {
                 Poll::Pending
             }
             Err(refused) => {
-                let error = match refused {
-                    ScheduleError::Full(_) => SleepError::Full,
-                    ScheduleError::Shutdown(_) => SleepError::Shutdown,
-                };
                 // Discarded: the refused wake-up wakes nobody.
-                refused.into_inner().discard();
-                Poll::Ready(Err(error))
+                Poll::Ready(Err(refused.map(Callback::discard).into()))
             }
         }
     }
