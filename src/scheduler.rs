@@ -220,7 +220,11 @@ impl<T: Send + 'static> Scheduler<T> {
 
     /// The deadline of a timer `delay` from now, by this timer's clock.
     pub(crate) fn deadline_after(&self, delay: Duration) -> u64 {
-        self.now().saturating_add(clock::nanos(delay))
+        let now = match self.manual_elapsed {
+            None => self.clock.elapsed_ceiling(),
+            Some(_) => self.now(),
+        };
+        now.saturating_add(clock::nanos(delay))
     }
 
     /// The deadline of a timer due at `instant`.

@@ -13,9 +13,14 @@
 //! integer arithmetic against the reading taken at the start, some 30 instructions where
 //! `Instant::elapsed` and the `Duration` it returns took about 90 (callgrind). The start
 //! reading is taken just after the start `Instant`, so the engine's time never runs ahead
-//! of an `Instant`'s: a timer due at an `Instant` never fires before it.
+//! of an `Instant`'s: a timer due at an `Instant` never fires before it. The base a delay
+//! is added to ([`Clock::elapsed_ceiling`]) is cheaper still on x86-64 Linux: the
+//! processor's counter, extrapolated so that it is never behind the clock (see `tsc`).
 
 use std::time::{Duration, Instant};
+
+#[cfg(all(target_os = "linux", target_arch = "x86_64", not(miri), not(loom)))]
+mod tsc;
 
 /// A duration in nanoseconds, saturating at `u64::MAX` (584 years).
 #[inline]
@@ -74,6 +79,9 @@ pub(crate) struct Clock {
     /// The monotonic clock's reading, in nanoseconds, taken just after `start`.
     #[cfg(all(target_os = "linux", not(miri)))]
     start_nanos: u64,
+    /// Whether a delay's base is read from the processor's counter (see `tsc`).
+    #[cfg(all(target_os = "linux", target_arch = "x86_64", not(miri), not(loom)))]
+    counter: bool,
     tick_nanos: u64,
 }
 
@@ -105,6 +113,8 @@ impl Clock {
             // After `start`: see the module doc.
             #[cfg(all(target_os = "linux", not(miri)))]
             start_nanos: monotonic_nanos(),
+            #[cfg(all(target_os = "linux", target_arch = "x86_64", not(miri), not(loom)))]
+            counter: tsc::start(),
             tick_nanos: nanos(tick).max(1),
         }
     }
@@ -120,6 +130,20 @@ impl Clock {
         return monotonic_nanos().saturating_sub(self.start_nanos);
         #[cfg(not(all(target_os = "linux", not(miri))))]
         nanos(self.start.elapsed())
+    }
+
+    /// Nanoseconds since the start, read as the base of a delay's deadline: never less
+    /// than `elapsed` read at any moment before the call, and at most a few microseconds
+    /// more than it after (see `tsc`), so a timer due `delay` after it is never early. Only
+    /// a deadline's base: whether a timer is due reads `elapsed`, which this reading would
+    /// make early.
+    #[inline]
+    pub(crate) fn elapsed_ceiling(&self) -> u64 {
+        #[cfg(all(target_os = "linux", target_arch = "x86_64", not(miri), not(loom)))]
+        if self.counter {
+            return tsc::ceiling().saturating_sub(self.start_nanos);
+        }
+        self.elapsed()
     }
 
     /// The current tick, rounded down.
