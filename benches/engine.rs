@@ -4,12 +4,16 @@
 //! tick-rounded, no lateness recording, a 100 us tick, a spin) and tokio's timers, in one
 //! process. (Issue 7's spike has its own bench, `spike.rs`, on the system allocator.)
 //!
-//! - `shardwheel`: `Timer` with boxed callbacks, a shard per core, 1 ms tick: a timer is
-//!   `schedule_at(deadline, callback)`, a cancel is `cancel(handle)`.
-//! - `tokio-sleep`: `tokio::time::sleep_until` in a multi-thread runtime with a worker per
-//!   core. A timer is a `Sleep`, boxed and polled once on the producer thread (inside the
-//!   runtime's context) so that it is registered; a cancel drops it. A timer that must fire
-//!   is handed, registered, to a spawned task that awaits it.
+//! - `shardwheel`: `Timer` with boxed callbacks, a shard per core, 1 ms tick: a timer the
+//!   workload means to cancel is `schedule(delay, callback)`, as a user with a delay
+//!   schedules it (the engine reads its own clock); one that is to fire is
+//!   `schedule_at(deadline, callback)`, its lateness measured from that deadline; a cancel
+//!   is `cancel(handle)`.
+//! - `tokio-sleep`: `tokio::time::sleep(delay)` (`sleep_until(deadline)` for a timer that
+//!   is to fire) in a multi-thread runtime with a worker per core. A timer is a `Sleep`,
+//!   boxed and polled once on the producer thread (inside the runtime's context) so that
+//!   it is registered; a cancel drops it. A timer that must fire is handed, registered, to
+//!   a spawned task that awaits it.
 //! - `no-timer` (W1, W3): the workload's loop with no timer at all, the floor the others
 //!   stand on.
 //!
@@ -122,8 +126,9 @@ trait Engine: Sync + Sized {
     fn start() -> Self;
     /// Runs `producer` on the calling thread, able to use the engine.
     fn enter<R>(&self, producer: impl FnOnce() -> R) -> R;
-    /// A timer due at `deadline` that the workload means to cancel.
-    fn arm(&self, deadline: Instant, probe: &'static Probe) -> Self::Armed;
+    /// A timer due `delay` from now that the workload means to cancel, scheduled as a user
+    /// with a delay would (the engine reads its clock as it does for its users).
+    fn arm(&self, delay: Duration, probe: &'static Probe) -> Self::Armed;
     /// Cancels it: true if it will not run.
     fn cancel(&self, armed: Self::Armed) -> bool;
     /// A timer due at `deadline` that records its lateness when it runs.
@@ -201,9 +206,9 @@ impl<
         producer()
     }
 
-    fn arm(&self, deadline: Instant, probe: &'static Probe) -> TimerHandle {
+    fn arm(&self, delay: Duration, probe: &'static Probe) -> TimerHandle {
         self.0
-            .schedule_at_within(deadline, Duration::from_millis(SLACK_MS), move || {
+            .schedule_within(delay, Duration::from_millis(SLACK_MS), move || {
                 probe.unexpected.fetch_add(1, Relaxed);
             })
             .expect("schedule")
@@ -236,9 +241,9 @@ impl<
 struct TokioSleep(tokio::runtime::Runtime);
 
 impl TokioSleep {
-    /// A `Sleep` registered with the runtime's timer: boxed and polled once.
-    fn registered(deadline: Instant) -> Pin<Box<tokio::time::Sleep>> {
-        let mut sleep = Box::pin(tokio::time::sleep_until(deadline.into()));
+    /// `sleep`, boxed and polled once, so that it is registered with the runtime's timer.
+    fn registered(sleep: tokio::time::Sleep) -> Pin<Box<tokio::time::Sleep>> {
+        let mut sleep = Box::pin(sleep);
         let mut context = Context::from_waker(Waker::noop());
         let _ = sleep.as_mut().poll(&mut context);
         sleep
@@ -262,8 +267,8 @@ impl Engine for TokioSleep {
         producer()
     }
 
-    fn arm(&self, deadline: Instant, _probe: &'static Probe) -> Self::Armed {
-        Self::registered(deadline)
+    fn arm(&self, delay: Duration, _probe: &'static Probe) -> Self::Armed {
+        Self::registered(tokio::time::sleep(delay))
     }
 
     fn cancel(&self, sleep: Self::Armed) -> bool {
@@ -272,7 +277,7 @@ impl Engine for TokioSleep {
     }
 
     fn fire_at(&self, deadline: Instant, probe: &'static Probe) {
-        let sleep = Self::registered(deadline);
+        let sleep = Self::registered(tokio::time::sleep_until(deadline.into()));
         self.0.spawn(async move {
             sleep.await;
             probe.record(deadline);
@@ -286,8 +291,9 @@ impl Engine for TokioSleep {
 }
 
 /// W1's and W3's loops with no timer at all: the floor every engine's iteration stands on
-/// (the clock read for the deadline, the random draws, and the ring of entries: at
-/// W1's P = 1M, a million 8-byte ones, each a cache miss), as W7's `no-timeout`.
+/// (the random draws, the ring of entries: at W1's P = 1M, a million 8-byte ones, each a
+/// cache miss; and in W3 the clock read for the deadline of a timer that is to fire), as
+/// W7's `no-timeout`. Each engine's own clock read for a delay is its cost.
 /// A timer is a number, and a cancel reads it; `black_box` keeps both. A timer that is to
 /// fire does nothing (no probe is touched: the producers share nothing), and there is
 /// nothing to catch up with.
@@ -305,8 +311,8 @@ impl Engine for NoTimer {
         producer()
     }
 
-    fn arm(&self, deadline: Instant, _probe: &'static Probe) -> u64 {
-        std::hint::black_box(deadline);
+    fn arm(&self, delay: Duration, _probe: &'static Probe) -> u64 {
+        std::hint::black_box(delay);
         std::hint::black_box(0)
     }
 
@@ -430,7 +436,7 @@ fn w5<E: Engine>() {
         (0..W5_TIMERS)
             .map(|_| {
                 let delay = Duration::from_secs(rng.between(601, 1_200));
-                engine.arm(Instant::now() + delay, probe)
+                engine.arm(delay, probe)
             })
             .collect()
     });

@@ -33,7 +33,7 @@ fn w1_churn<E: Engine>(
         let mut ring: Vec<E::Armed> = (0..pending)
             .map(|_| {
                 let delay = Duration::from_millis(rng.between(1_000, 60_000));
-                engine.arm(Instant::now() + delay, probe)
+                engine.arm(delay, probe)
             })
             .collect();
         let start = Instant::now();
@@ -41,7 +41,7 @@ fn w1_churn<E: Engine>(
         while done < iterations && start.elapsed() < bound {
             for _ in 0..256 {
                 let delay = Duration::from_millis(rng.between(1, 60_000));
-                let armed = engine.arm(Instant::now() + delay, probe);
+                let armed = engine.arm(delay, probe);
                 let at = rng.between(0, pending as u64 - 1) as usize;
                 // False only for a timer of a few ms that fired first (counted by the
                 // probe's `unexpected`).
