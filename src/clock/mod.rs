@@ -89,16 +89,25 @@ pub(crate) struct Clock {
 #[cfg(all(target_os = "linux", not(miri)))]
 #[inline]
 fn monotonic_nanos() -> u64 {
+    read(libc::CLOCK_MONOTONIC)
+}
+
+/// A clock's reading in nanoseconds: the monotonic clock, or (for `tsc`) the raw monotonic
+/// or the boot clock.
+#[cfg(all(target_os = "linux", not(miri)))]
+#[inline]
+fn read(clock: libc::clockid_t) -> u64 {
     let mut now = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
     // SAFETY: clock_gettime writes one timespec through the pointer, which points at a
-    // live, writable one; CLOCK_MONOTONIC exists on every Linux, so it does not fail
-    // (std's `Instant::now` relies on the same call).
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
-    // The monotonic clock counts from boot: seconds and nanoseconds are not negative, and
-    // the sum fits in a u64 for 584 years of uptime.
+    // live, writable one; the clocks asked for (monotonic, raw, boot time) exist on every
+    // Linux since 2.6.39, so it does not fail (std's `Instant::now` relies on the same
+    // call).
+    unsafe { libc::clock_gettime(clock, &mut now) };
+    // These clocks count from boot: seconds and nanoseconds are not negative, and the sum
+    // fits in a u64 for 584 years of uptime.
     (now.tv_sec as u64)
         .wrapping_mul(1_000_000_000)
         .wrapping_add(now.tv_nsec as u64)

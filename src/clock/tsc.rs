@@ -7,57 +7,86 @@
 //! counter alone (`rdtsc`) costs about 10 ns.
 //!
 //! Each thread keeps an *anchor*: a counter value and a monotonic reading taken just after
-//! it. For one millisecond of counts after the anchor, a reading is extrapolated from it:
-//! the anchor's time, plus the counts since times an upper bound of the clock's rate, plus a
-//! pad of a microsecond; past that span (or if the counter went back, as it does on another
-//! core or after a migration), the thread anchors again on a real reading.
+//! it. For [`SPAN`] of counts after the anchor, a reading is extrapolated from it: the
+//! anchor's time, plus the counts since times a rate a quarter above the counter's, plus a
+//! pad of a microsecond; past that span (or if the counter went back), the thread anchors
+//! again on a real reading. A thread's readings never go back (each is at least the one
+//! before), as the clock's do not.
 //!
 //! - **Never behind the clock.** The anchor's time is read after its count, so it is not
-//!   behind the clock at that count; the counts since are converted at a rate above the
-//!   clock's (measured as an upper bound, then raised by 1/512, which covers NTP's slewing
-//!   of the monotonic clock, at most 500 ppm either way); the pad covers `rdtsc` running
+//!   behind the clock at that count. The counter's rate is measured once against the raw
+//!   monotonic clock (`CLOCK_MONOTONIC_RAW`, which NTP does not steer) as an upper bound,
+//!   and the readings run a quarter faster: the kernel keeps the monotonic clock's
+//!   steering far inside that (the tick length within ±10 % of nominal, the frequency
+//!   within ±500 ppm; chrony's fastest slew is 8.3 %). The pad covers `rdtsc` running
 //!   ahead of the instructions before it (it is not serialising) and the cores' counters'
 //!   residual skew. So a deadline `delay` after a reading is never before `delay` after
 //!   the moment of the call, and no timer fires early on its account.
-//! - **At most 5 µs ahead.** The anchor's own reading is at most two microseconds
-//!   after its count (a wider bracket is taken again), the rate's excess adds at most a few
-//!   hundredths of a percent of the span, and the pad a microsecond.
+//! - **A net under that argument.** Each new anchor checks that the old one's
+//!   extrapolation had not fallen behind the clock; if it had (the counter slowed, or a
+//!   core's counter fell behind another's), the counter is not used again in the process.
+//!   So is it when the kernel stops keeping time with it (checked each second).
+//! - **At most 4 µs ahead** while the clock is not steered: a microsecond of bracket (the
+//!   anchor's reading is at most that after its count; a wider one is taken again), the
+//!   quarter over the span (2 µs), and the pad.
 //! - **Where it is used.** x86-64 Linux whose kernel keeps time with the counter
 //!   (clocksource `tsc`: the kernel has checked it is invariant and synchronised across
-//!   cores, which its own vDSO clock relies on) on a processor that says its counter is
-//!   invariant. The rate is calibrated once per process, [`CALIBRATION`] after the first
-//!   engine starts (until then a reading is the plain clock's). Elsewhere, and under miri
-//!   and loom, every reading is the plain clock's.
+//!   cores, which its own vDSO clock relies on), on a processor that says its counter is
+//!   invariant, in a process that may read it (`PR_GET_TSC`). The rate is measured over
+//!   20 ms to a second from a thread's first reading, between two brackets of the raw
+//!   clock, and discarded if the machine was suspended meanwhile; until then a reading is
+//!   the plain clock's. Elsewhere, and under miri and loom, every reading is the plain
+//!   clock's.
 //!
 //! Only a deadline's base reads this clock. What decides whether a timer is due (the
 //! reaper's passes, a sleep's check of its instant) reads the real clock, which a reading
 //! from here could only make early. `quanta`'s counter clock is not used: it calibrates
 //! once and extrapolates for ever, with no bound on its distance from the monotonic clock
-//! (NTP's slewing alone moves them apart by up to 1.8 s an hour) nor on its direction.
+//! (NTP's steering alone moves them apart by up to 1.8 s an hour) nor on its direction.
 
 use std::arch::x86_64::{__cpuid, _rdtsc};
 use std::cell::Cell;
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
 
-use super::monotonic_nanos;
+use super::read;
 
-/// How long a thread extrapolates from one anchor.
-const SPAN_NANOS: u64 = 1_000_000;
+/// How long (of the raw clock's time) a thread extrapolates from one anchor.
+const SPAN: u64 = 8_000;
 /// The pad added to an extrapolated reading.
-const PAD_NANOS: u64 = 1_000;
-/// The widest bracket (monotonic readings before and after a count) an anchor accepts.
-const BRACKET_NANOS: u64 = 2_000;
-/// How long after the first bracket the rate is measured: long enough that the brackets'
-/// width (4 µs in all) is 200 ppm of it.
-pub(crate) const CALIBRATION: u64 = 20_000_000;
+const PAD: u64 = 1_000;
+/// The widest bracket (clock readings before and after a count) an anchor or a
+/// calibration accepts.
+const BRACKET: u64 = 1_000;
+/// The shortest and the longest time the rate is measured over: long enough that the
+/// brackets' width is at most 100 ppm of it, short enough that the first bracket is
+/// recent.
+const CALIBRATION: std::ops::Range<u64> = 20_000_000..1_000_000_000;
+/// How often the kernel's clocksource is checked again.
+const RECHECK: u64 = 1_000_000_000;
+/// `RATE` once the counter is not to be used any more.
+const OFF: u64 = u64::MAX;
 
-/// A counter value with monotonic readings just before and just after it.
-#[derive(Clone, Copy, Debug)]
+/// A counter value with readings of `clock` just before and just after it.
+#[derive(Clone, Copy)]
 struct Bracket {
     before: u64,
     count: u64,
     after: u64,
+}
+
+/// A bracket of `clock` at most `BRACKET` wide; `None` if three tries were preempted.
+fn bracket(clock: libc::clockid_t) -> Option<Bracket> {
+    (0..3).find_map(|_| {
+        let before = read(clock);
+        let count = count();
+        let after = read(clock);
+        (after.saturating_sub(before) <= BRACKET).then_some(Bracket {
+            before,
+            count,
+            after,
+        })
+    })
 }
 
 /// A counter value and a monotonic reading not behind the clock at that count, the rate to
@@ -70,81 +99,99 @@ struct Anchor {
     span: u64,
 }
 
+impl Anchor {
+    /// The anchor's extrapolation, unpadded, to `since` counts after it (however many).
+    fn at(&self, since: u64) -> u64 {
+        let nanos = self.nanos as u128 + ((since as u128 * self.rate as u128) >> 32);
+        u64::try_from(nanos).unwrap_or(u64::MAX)
+    }
+}
+
+/// A thread's anchor, and its last reading, which the next is not below.
+struct Local {
+    anchor: Cell<Anchor>,
+    last: Cell<u64>,
+}
+
 thread_local! {
     // An empty span: the first reading on a thread anchors.
-    static ANCHOR: Cell<Anchor> = const {
-        Cell::new(Anchor { count: 0, nanos: 0, rate: 0, span: 0 })
+    static LOCAL: Local = const {
+        Local {
+            anchor: Cell::new(Anchor { count: 0, nanos: 0, rate: 0, span: 0 }),
+            last: Cell::new(0),
+        }
     };
 }
 
-/// The first bracket, taken when the first engine starts; `None` if the counter is not a
-/// clock to trust here.
-static FIRST: OnceLock<Option<Bracket>> = OnceLock::new();
-/// The calibrated rate (see `Anchor`), 0 until measured. Relaxed everywhere: it is one word
-/// that stands alone (a thread that reads 0 reads the plain clock), and every value stored
-/// is an upper bound measured the same way, so any of them is sound.
+/// The measured rate (see `Anchor`), a quarter up: 0 until measured, `OFF` once the counter
+/// is not to be used. Relaxed everywhere: it is one word that stands alone (a thread that
+/// reads 0 or `OFF` reads the plain clock), and every rate stored is an upper bound
+/// measured the same way, so any of them is sound.
 static RATE: AtomicU64 = AtomicU64::new(0);
+/// The raw clock's reading when the clocksource was last checked.
+static CHECKED: AtomicU64 = AtomicU64::new(0);
+/// The calibration's first bracket (of the raw clock) and the boot clock's lead over the
+/// monotonic one then (which grows only while the machine is suspended).
+static FIRST: Mutex<Option<(Bracket, u64)>> = Mutex::new(None);
 
-/// Whether readings will come from the counter on this machine; the first call takes the
-/// first bracket, which calibration measures from.
+/// Whether readings may come from the counter on this machine (checked once).
 pub(crate) fn start() -> bool {
-    FIRST.get_or_init(|| trusted().then(bracket).flatten()).is_some()
+    static TRUSTED: OnceLock<bool> = OnceLock::new();
+    *TRUSTED.get_or_init(|| kernel_keeps_time_with_it() && invariant() && readable())
 }
 
-/// The kernel keeps time with the counter, and the processor says it is invariant (it
-/// ticks at one rate in every power state).
-fn trusted() -> bool {
+fn kernel_keeps_time_with_it() -> bool {
     let source = "/sys/devices/system/clocksource/clocksource0/current_clocksource";
-    let kernel = std::fs::read_to_string(source).is_ok_and(|name| name.trim() == "tsc");
-    // Leaf 0x8000_0000 says which extended leaves exist, and 0x8000_0007 is read only if
-    // it does; its EDX bit 8 is the invariant counter, on Intel and AMD alike.
-    let invariant =
-        __cpuid(0x8000_0000).eax >= 0x8000_0007 && __cpuid(0x8000_0007).edx & (1 << 8) != 0;
-    kernel && invariant
+    std::fs::read_to_string(source).is_ok_and(|name| name.trim() == "tsc")
+}
+
+/// The processor says its counter is invariant: it ticks at one rate in every power state.
+fn invariant() -> bool {
+    // `cpuid` is safe to run on every x86-64 processor (an `unsafe fn` before Rust 1.89);
+    // leaf 0x8000_0007 is read only if leaf 0x8000_0000 says it exists. Its EDX bit 8 is
+    // the invariant counter, on Intel and AMD alike.
+    #[allow(unused_unsafe)]
+    // SAFETY: as above: `cpuid` has no precondition on x86-64.
+    unsafe {
+        __cpuid(0x8000_0000).eax >= 0x8000_0007 && __cpuid(0x8000_0007).edx & (1 << 8) != 0
+    }
+}
+
+/// The process may run `rdtsc` (`prctl(PR_SET_TSC)` can make it fault).
+fn readable() -> bool {
+    let mut state: libc::c_int = 0;
+    // SAFETY: PR_GET_TSC writes one int through the pointer, which points at a live,
+    // writable one.
+    let asked = unsafe { libc::prctl(libc::PR_GET_TSC, &mut state as *mut libc::c_int) };
+    asked == 0 && state == libc::PR_TSC_ENABLE
 }
 
 #[inline]
 fn count() -> u64 {
     // SAFETY: `rdtsc` exists on every x86-64 processor, has no operands and reads no
-    // memory; user mode may run it unless the kernel forbids it (then it would fault, but
-    // the kernel does not keep time with a counter it hides from the vDSO, which `trusted`
-    // checked).
+    // memory; it faults only where the process asked it to (`PR_SET_TSC`), which `start`
+    // checked.
     unsafe { _rdtsc() }
 }
 
-/// A bracket at most `BRACKET_NANOS` wide; `None` if three tries were preempted.
-fn bracket() -> Option<Bracket> {
-    (0..3).find_map(|_| {
-        let before = monotonic_nanos();
-        let count = count();
-        let after = monotonic_nanos();
-        (after.saturating_sub(before) <= BRACKET_NANOS).then_some(Bracket {
-            before,
-            count,
-            after,
-        })
-    })
-}
-
-/// The monotonic clock's reading in nanoseconds, never behind it, at most 5 µs ahead (see
-/// the module doc). Call only where [`start`] said yes.
+/// The monotonic clock's reading in nanoseconds, never behind it, at most 4 µs ahead
+/// while it is not steered, and never below this thread's last reading (see the module
+/// doc). Call only where [`start`] said yes.
 #[inline]
 pub(crate) fn ceiling() -> u64 {
     let count = count();
-    ANCHOR.with(|anchor| {
-        let Anchor {
-            count: at,
-            nanos,
-            rate,
-            span,
-        } = anchor.get();
-        let since = count.wrapping_sub(at);
-        if since < span {
-            // No overflow: `since` < `span`, and `span * rate` is a millisecond << 32
-            // (4.3e15).
-            return nanos + ((since * rate) >> 32) + PAD_NANOS;
-        }
-        reanchor(anchor)
+    LOCAL.with(|local| {
+        let anchor = local.anchor.get();
+        let since = count.wrapping_sub(anchor.count);
+        let reading = if since < anchor.span {
+            // No overflow: `since` < `span`, and `span * rate` is about 8 µs << 32.
+            anchor.nanos + ((since * anchor.rate) >> 32) + PAD
+        } else {
+            reanchor(&local.anchor)
+        };
+        let reading = reading.max(local.last.get());
+        local.last.set(reading);
+        reading
     })
 }
 
@@ -153,44 +200,80 @@ pub(crate) fn ceiling() -> u64 {
 #[inline(never)]
 fn reanchor(anchor: &Cell<Anchor>) -> u64 {
     let rate = match RATE.load(Ordering::Relaxed) {
+        OFF => return read(libc::CLOCK_MONOTONIC),
         0 => match calibrate() {
-            Ok(rate) => rate,
-            Err(reading) => return reading,
+            Some(rate) => rate,
+            None => return read(libc::CLOCK_MONOTONIC),
         },
         rate => rate,
     };
-    let Some(Bracket { count, after, .. }) = bracket() else {
-        return monotonic_nanos();
+    let Some(new) = bracket(libc::CLOCK_MONOTONIC) else {
+        return read(libc::CLOCK_MONOTONIC);
     };
+    if fell_behind(anchor.get(), new) || (new.after >= CHECKED.load(Ordering::Relaxed) + RECHECK && !still_kept()) {
+        RATE.store(OFF, Ordering::Relaxed);
+        return new.after;
+    }
     anchor.set(Anchor {
-        count,
-        nanos: after,
+        count: new.count,
+        nanos: new.after,
         rate,
-        // A millisecond of counts; at least one.
-        span: ((u128::from(SPAN_NANOS) << 32) / u128::from(rate)).clamp(1, 1 << 32) as u64,
+        // `SPAN` of counts at the rate (at least one).
+        span: ((u128::from(SPAN) << 32) / u128::from(rate)).clamp(1, 1 << 32) as u64,
     });
-    after
+    new.after
 }
 
-/// The rate, measured from the first bracket to one taken now, if [`CALIBRATION`] has
-/// passed since; otherwise (or if no tight bracket can be had) a plain reading.
-fn calibrate() -> Result<u64, u64> {
-    let reading = monotonic_nanos();
-    let Some(Some(first)) = FIRST.get() else {
-        return Err(reading);
+/// The net: whether `old`, extrapolated to the new bracket's count, fell behind the clock
+/// there (a counter gone back, so that the counts since wrap, proves nothing and is not
+/// held against it; nor is an empty anchor).
+fn fell_behind(old: Anchor, new: Bracket) -> bool {
+    let since = new.count.wrapping_sub(old.count);
+    old.span != 0 && since < 1 << 62 && old.at(since) < new.before
+}
+
+/// The once-a-second check that the kernel still keeps time with the counter.
+#[cold]
+fn still_kept() -> bool {
+    CHECKED.store(read(libc::CLOCK_MONOTONIC), Ordering::Relaxed);
+    kernel_keeps_time_with_it()
+}
+
+/// The boot clock's lead over the monotonic clock: it grows while the machine sleeps.
+fn suspended_so_far() -> u64 {
+    read(libc::CLOCK_BOOTTIME).wrapping_sub(read(libc::CLOCK_MONOTONIC))
+}
+
+/// The rate, measured from the first bracket to one taken now, once the time since lies
+/// in `CALIBRATION`; `None` meanwhile (or while another thread calibrates). A first
+/// bracket that is too old, or that a suspend separates from now, is taken again.
+fn calibrate() -> Option<u64> {
+    let mut first = FIRST.try_lock().ok()?;
+    let now = bracket(libc::CLOCK_MONOTONIC_RAW)?;
+    let suspended = suspended_so_far();
+    let Some((start, suspended_then)) = *first else {
+        *first = Some((now, suspended));
+        return None;
     };
-    if reading < first.after + CALIBRATION {
-        return Err(reading);
+    let elapsed = now.before.saturating_sub(start.after);
+    // A suspend shows as a jump of seconds; the two reads of each lead differ by far less
+    // than a millisecond.
+    let slept = suspended.abs_diff(suspended_then) > 1_000_000;
+    if elapsed < CALIBRATION.start && !slept {
+        return None;
     }
-    let now = bracket().ok_or(reading)?;
-    let counts = now.count.checked_sub(first.count).filter(|&c| c > 0);
-    let counts = counts.ok_or(now.after)?;
-    // An upper bound of the nanoseconds between the two counts, over the counts: an upper
-    // bound of the rate. Then 1/512 more for NTP's slewing, and rounded up.
-    let rate = (u128::from(now.after - first.before) << 32) / u128::from(counts) + 1;
-    let rate = u64::try_from(rate + (rate >> 9)).map_err(|_| now.after)?;
+    let counts = now.count.wrapping_sub(start.count);
+    if !CALIBRATION.contains(&elapsed) || slept || counts == 0 || counts >= 1 << 62 {
+        *first = Some((now, suspended));
+        return None;
+    }
+    // An upper bound of the raw nanoseconds between the two counts, over the counts: an
+    // upper bound of the counter's rate, rounded up; then a quarter more.
+    let rate = (u128::from(now.after - start.before) << 32) / u128::from(counts) + 1;
+    let rate = u64::try_from(rate + rate / 4).ok().filter(|&rate| rate < OFF)?;
     RATE.store(rate, Ordering::Relaxed);
-    Ok(rate)
+    CHECKED.store(read(libc::CLOCK_MONOTONIC), Ordering::Relaxed);
+    Some(rate)
 }
 
 #[cfg(test)]
@@ -198,32 +281,35 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
-    /// How far a reading may be ahead of the clock (see the module doc: 2 µs of bracket,
-    /// 1 µs of pad, the rate's excess over a span).
-    const LATE_BOUND: u64 = 5_000;
+    /// How far a reading may be ahead of the clock while it is not steered: the bracket, a
+    /// quarter of the span, the pad (see the module doc).
+    const AHEAD: u64 = BRACKET + SPAN / 4 + PAD;
 
-    // Each reading lies between the clock just before it and `LATE_BOUND` after the clock
-    // just after it: on several threads at once, across anchors and far into their spans.
+    // Each reading lies between the clock just before it and `AHEAD` after the clock just
+    // after it, and is not below the thread's reading before it: on several threads at
+    // once, across anchors and far into their spans.
     #[test]
     fn readings_are_never_behind_the_clock_nor_far_ahead() {
         let counter = start();
-        std::thread::sleep(Duration::from_nanos(CALIBRATION + 5_000_000));
+        // The first reading starts the calibration, which a reading 20 ms later completes.
+        ceiling();
+        std::thread::sleep(Duration::from_millis(25));
+        ceiling();
         let threads: Vec<_> = (0..3)
             .map(|thread| {
                 std::thread::spawn(move || {
+                    let mut last = 0;
                     for i in 0..300_000u64 {
                         if i % 50_000 == thread {
                             std::thread::sleep(Duration::from_micros(300 + 200 * thread));
                         }
-                        let before = monotonic_nanos();
+                        let before = read(libc::CLOCK_MONOTONIC);
                         let reading = ceiling();
-                        let after = monotonic_nanos();
+                        let after = read(libc::CLOCK_MONOTONIC);
                         assert!(reading >= before, "{} ns behind", before - reading);
-                        assert!(
-                            reading <= after + LATE_BOUND,
-                            "{} ns ahead",
-                            reading - after
-                        );
+                        assert!(reading <= after + AHEAD, "{} ns ahead", reading - after);
+                        assert!(reading >= last, "{} ns back", last - reading);
+                        last = reading;
                     }
                 })
             })
@@ -232,6 +318,31 @@ mod tests {
             thread.join().unwrap();
         }
         // On a machine whose counter is trusted, the readings came from it.
-        assert_eq!(counter, RATE.load(Ordering::Relaxed) != 0);
+        let rate = RATE.load(Ordering::Relaxed);
+        assert_eq!(counter, rate != 0 && rate != OFF, "rate {rate}");
+    }
+
+    #[test]
+    fn an_anchor_that_fell_behind_the_clock_is_caught() {
+        // One nanosecond a count: 1 << 32 in 32.32.
+        let old = Anchor {
+            count: 1_000,
+            nanos: 50_000,
+            rate: 1 << 32,
+            span: 8_000,
+        };
+        let new = |before, count| Bracket {
+            before,
+            count,
+            after: before + 100,
+        };
+        // 10,000 counts on, the extrapolation says 60,000 ns.
+        assert!(!fell_behind(old, new(60_000, 11_000)), "level with the clock");
+        assert!(!fell_behind(old, new(59_000, 11_000)), "ahead of it");
+        assert!(fell_behind(old, new(60_001, 11_000)), "a nanosecond behind");
+        assert!(fell_behind(old, new(1 << 40, 2_000_000)), "far behind, far on");
+        assert!(!fell_behind(old, new(1 << 40, 999)), "the counter went back");
+        let empty = Anchor { span: 0, ..old };
+        assert!(!fell_behind(empty, new(1 << 40, 11_000)), "no anchor yet");
     }
 }
