@@ -33,7 +33,7 @@
 //!   (clocksource `tsc`: the kernel has checked it is invariant and synchronised across
 //!   cores, which its own vDSO clock relies on), on a processor that says its counter is
 //!   invariant, in a process that may read it (`PR_GET_TSC`). The rate is measured over
-//!   20 ms to a second from a thread's first reading, between two brackets of the raw
+//!   20 ms to a second from the process's first reading, between two brackets of the raw
 //!   clock, and discarded if the machine was suspended meanwhile; until then a reading is
 //!   the plain clock's. Elsewhere, and under miri and loom, every reading is the plain
 //!   clock's.
@@ -128,7 +128,7 @@ thread_local! {
 /// reads 0 or `OFF` reads the plain clock), and every rate stored is an upper bound
 /// measured the same way, so any of them is sound.
 static RATE: AtomicU64 = AtomicU64::new(0);
-/// The raw clock's reading when the clocksource was last checked.
+/// The monotonic clock's reading when the clocksource was last checked.
 static CHECKED: AtomicU64 = AtomicU64::new(0);
 /// The calibration's first bracket (of the raw clock) and the boot clock's lead over the
 /// monotonic one then (which grows only while the machine is suspended).
@@ -147,11 +147,11 @@ fn kernel_keeps_time_with_it() -> bool {
 
 /// The processor says its counter is invariant: it ticks at one rate in every power state.
 fn invariant() -> bool {
-    // `cpuid` is safe to run on every x86-64 processor (an `unsafe fn` before Rust 1.89);
-    // leaf 0x8000_0007 is read only if leaf 0x8000_0000 says it exists. Its EDX bit 8 is
-    // the invariant counter, on Intel and AMD alike.
+    // Leaf 0x8000_0007 is read only if leaf 0x8000_0000 says it exists; its EDX bit 8 is
+    // the invariant counter, on Intel and AMD alike. `__cpuid` is an `unsafe fn` in older
+    // Rust (1.88, this crate's oldest, among them), hence the block.
     #[allow(unused_unsafe)]
-    // SAFETY: as above: `cpuid` has no precondition on x86-64.
+    // SAFETY: `cpuid` exists on every x86-64 processor and has no precondition.
     unsafe {
         __cpuid(0x8000_0000).eax >= 0x8000_0007 && __cpuid(0x8000_0007).edx & (1 << 8) != 0
     }
@@ -210,7 +210,8 @@ fn reanchor(anchor: &Cell<Anchor>) -> u64 {
     let Some(new) = bracket(libc::CLOCK_MONOTONIC) else {
         return read(libc::CLOCK_MONOTONIC);
     };
-    if fell_behind(anchor.get(), new) || (new.after >= CHECKED.load(Ordering::Relaxed) + RECHECK && !still_kept()) {
+    let recheck = new.after >= CHECKED.load(Ordering::Relaxed) + RECHECK;
+    if fell_behind(anchor.get(), new) || (recheck && !still_kept()) {
         RATE.store(OFF, Ordering::Relaxed);
         return new.after;
     }
