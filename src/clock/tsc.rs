@@ -124,9 +124,10 @@ thread_local! {
 }
 
 /// The measured rate (see `Anchor`), a quarter up: 0 until measured, `OFF` once the counter
-/// is not to be used. Relaxed everywhere: it is one word that stands alone (a thread that
-/// reads 0 or `OFF` reads the plain clock), and every rate stored is an upper bound
-/// measured the same way, so any of them is sound.
+/// is not to be used; it only moves from 0 to a rate and from anything to `OFF`. Relaxed
+/// everywhere: it is one word that stands alone (a thread that reads 0 or `OFF` reads the
+/// plain clock), and a rate is an upper bound measured in full by the thread that stores
+/// it, with nothing else published with it.
 static RATE: AtomicU64 = AtomicU64::new(0);
 /// The monotonic clock's reading when the clocksource was last checked.
 static CHECKED: AtomicU64 = AtomicU64::new(0);
@@ -272,9 +273,14 @@ fn calibrate() -> Option<u64> {
     // upper bound of the counter's rate, rounded up; then a quarter more.
     let rate = (u128::from(now.after - start.before) << 32) / u128::from(counts) + 1;
     let rate = u64::try_from(rate + rate / 4).ok().filter(|&rate| rate < OFF)?;
-    RATE.store(rate, Ordering::Relaxed);
     CHECKED.store(read(libc::CLOCK_MONOTONIC), Ordering::Relaxed);
-    Some(rate)
+    // Only over 0: another thread may have measured a rate since this one read 0, and the
+    // net may have turned the counter off since, which must stay so.
+    match RATE.compare_exchange(0, rate, Ordering::Relaxed, Ordering::Relaxed) {
+        Ok(_) => Some(rate),
+        Err(OFF) => None,
+        Err(measured) => Some(measured),
+    }
 }
 
 #[cfg(test)]
