@@ -64,11 +64,11 @@
 //! # Deadlines
 //!
 //! A delay counts from the call (`schedule`, `insert`, `reset`), or from a future's first
-//! poll (`sleep`, `timeout`); an instant is the deadline as given. On x86-64 Linux the
-//! reading a delay counts from comes from the processor's time-stamp counter, about 10 ns
-//! where the monotonic clock's `clock_gettime` takes 24: it is never behind that clock,
-//! so a timer never fires before its delay has passed, and at most a few microseconds
-//! ahead of it. The futures, the queue and the interval take instants as
+//! poll (`sleep`, `timeout`); an instant is the deadline as given. On x86-64 Linux whose
+//! kernel keeps time with the processor's time-stamp counter (clocksource `tsc`), the
+//! reading a delay counts from comes from that counter, about 10 ns where the monotonic
+//! clock's `clock_gettime` takes 24: it is never behind that clock, so a timer never fires
+//! before its delay has passed, and at most a few microseconds ahead of it. The futures, the queue and the interval take instants as
 //! `impl Into<Instant>`: std's `Instant`, or tokio's `tokio::time::Instant` (which converts
 //! into std's), with no feature needed. (Under tokio's paused test clock, tokio's instants
 //! are tokio's virtual time, which shardwheel does not follow: a test of code on
