@@ -144,6 +144,10 @@ thread_local! {
 static RATE: AtomicU64 = AtomicU64::new(0);
 /// The monotonic clock's reading when the clocksource was last checked.
 static CHECKED: AtomicU64 = AtomicU64::new(0);
+/// The monotonic time before which the calibration cannot end: a hint that spares the
+/// readings of its first 20 ms the calibration's lock and clock reads (`calibrate` checks
+/// the raw clock itself).
+static CALIBRATE_AT: AtomicU64 = AtomicU64::new(0);
 /// The calibration's first bracket (of the raw clock) and the boot clock's lead over the
 /// monotonic one then (which grows only while the machine is suspended).
 static FIRST: Mutex<Option<(Bracket, u64)>> = Mutex::new(None);
@@ -233,10 +237,17 @@ pub(crate) fn ceiling() -> u64 {
 fn reanchor(anchor: &Cell<Anchor>) -> u64 {
     let rate = match RATE.load(Ordering::Relaxed) {
         OFF => return read(libc::CLOCK_MONOTONIC),
-        0 => match calibrate() {
-            Some(rate) => rate,
-            None => return read(libc::CLOCK_MONOTONIC),
-        },
+        0 => {
+            // Until the calibration can end, a plain reading and nothing more.
+            let reading = read(libc::CLOCK_MONOTONIC);
+            if reading < CALIBRATE_AT.load(Ordering::Relaxed) {
+                return reading;
+            }
+            match calibrate() {
+                Some(rate) => rate,
+                None => return reading,
+            }
+        }
         rate => rate,
     };
     let Some(new) = bracket(libc::CLOCK_MONOTONIC) else {
@@ -290,7 +301,7 @@ fn calibrate() -> Option<u64> {
     let now = bracket(libc::CLOCK_MONOTONIC_RAW)?;
     let suspended = suspended_so_far();
     let Some((start, suspended_then)) = *first else {
-        *first = Some((now, suspended_before));
+        restart(&mut first, now, suspended_before);
         return None;
     };
     let elapsed = now.before.saturating_sub(start.after);
@@ -302,7 +313,7 @@ fn calibrate() -> Option<u64> {
     }
     let counts = now.count.wrapping_sub(start.count);
     if !CALIBRATION.contains(&elapsed) || slept || counts == 0 || counts >= 1 << 62 {
-        *first = Some((now, suspended_before));
+        restart(&mut first, now, suspended_before);
         return None;
     }
     // An upper bound of the raw nanoseconds between the two counts, over the counts: an
@@ -317,6 +328,13 @@ fn calibrate() -> Option<u64> {
         Err(OFF) => None,
         Err(measured) => Some(measured),
     }
+}
+
+/// Makes `now` the calibration's first bracket.
+fn restart(first: &mut Option<(Bracket, u64)>, now: Bracket, suspended: u64) {
+    *first = Some((now, suspended));
+    let at = read(libc::CLOCK_MONOTONIC) + CALIBRATION.start;
+    CALIBRATE_AT.store(at, Ordering::Relaxed);
 }
 
 #[cfg(test)]
