@@ -64,3 +64,52 @@ fn counts_are_the_stats_counts_and_the_shards_add_up_to_them() {
     assert_eq!(shards.into_iter().sum::<Counts>(), counts);
     assert_eq!(timer.shard_counts(timer.shards()), None);
 }
+
+/// How long the stress tests below run (20 s by default; `SHARDWHEEL_STRESS_SECS` sets it).
+fn stress_time() -> Duration {
+    let secs = std::env::var("SHARDWHEEL_STRESS_SECS")
+        .ok()
+        .and_then(|secs| secs.parse().ok())
+        .unwrap_or(20);
+    Duration::from_secs(secs)
+}
+
+/// Threads that stage timers and exit leave their stages to the reaper, which folds their
+/// counts into the shard's and forgets them: `pending` read meanwhile, with nothing in
+/// flight (every thread joined), still counts each timer once.
+#[test]
+fn pending_is_exact_while_the_reaper_retires_the_stages_of_exited_threads() {
+    const THREADS: usize = 2;
+    const EACH: usize = 64;
+    let timer = Timer::builder().shards(1).build().unwrap();
+    let started = std::time::Instant::now();
+    let (mut expected, mut reads) = (0, 0u64);
+    while started.elapsed() < stress_time() {
+        let producers: Vec<_> = (0..THREADS)
+            .map(|_| {
+                let timer = timer.clone();
+                std::thread::spawn(move || {
+                    for _ in 0..EACH {
+                        timer.schedule(Duration::from_secs(3_600), || {}).unwrap();
+                    }
+                })
+            })
+            .collect();
+        for producer in producers {
+            producer.join().unwrap();
+        }
+        expected += THREADS * EACH;
+        // The reaper retires the stages at its next pass, which the threads' hand-overs
+        // or its idle horizon bring: read the count many times around it.
+        let reading = std::time::Instant::now();
+        while reading.elapsed() < Duration::from_millis(2) {
+            let pending = timer.pending();
+            assert_eq!(
+                pending, expected,
+                "pending() said {pending} with {expected} timers pending (read {reads})"
+            );
+            reads += 1;
+        }
+    }
+    assert_eq!(timer.counts().scheduled, expected as u64);
+}

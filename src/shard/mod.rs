@@ -279,12 +279,16 @@ impl<T> Shard<T> {
 
     /// Timers scheduled and cancelled so far, over the shared counts and every stage.
     fn scheduled_and_cancelled(&self) -> (u64, u64) {
-        // Relaxed: counts.
+        // The shared counts are read under the registry's lock, which `retire` holds while
+        // it folds a stage's counts into them and forgets the stage: each stage is counted
+        // either in them or in the list, never in neither nor in both.
+        let registry = self.registry();
+        // Relaxed: counts, ordered against `retire` by the lock.
         let mut counted = (
             self.counts.scheduled.load(Ordering::Relaxed),
             self.counts.cancelled.load(Ordering::Relaxed),
         );
-        for stage in &self.registry().all {
+        for stage in &registry.all {
             let (scheduled, cancelled) = stage.counts();
             counted = (counted.0 + scheduled, counted.1 + cancelled);
         }

@@ -446,7 +446,8 @@ impl<T> Shard<T> {
     fn retire(&self, stage: &Arc<Stage>) {
         let mut registry = self.registry();
         let (scheduled, cancelled) = stage.counts();
-        // Relaxed: counts; folded in under the registry's lock, as `pending` reads them.
+        // Relaxed: counts; folded in and the stage forgotten under the registry's lock,
+        // under which `scheduled_and_cancelled` reads both.
         self.counts
             .scheduled
             .fetch_add(scheduled, Ordering::Relaxed);
