@@ -204,29 +204,11 @@ impl Callback {
     }
 
     /// Whether this is the wake-up of a [`Sleep`](crate::Sleep) (or of a
-    /// [`Timeout`](crate::Timeout)'s sleep) rather than a closure of the user's: what
-    /// tells the two apart among the callbacks that [`Timer::shutdown`](crate::Timer::shutdown)
-    /// and [`Timer::drain`](crate::Timer::drain) hand back. A sleep whose wake-up was
-    /// handed back has ended: with [`SleepError::Shutdown`](crate::SleepError::Shutdown),
-    /// or `Ok` if its deadline has passed by its next poll. Dropping the wake-up, or
-    /// running it, wakes the sleep's task to find that.
-    ///
-    /// ```
-    /// use std::future::Future;
-    /// use std::task::{Context, Waker};
-    /// use std::time::Duration;
-    ///
-    /// let timer = shardwheel::Timer::builder().shards(1).manual().build().unwrap();
-    /// timer.schedule(Duration::from_secs(60), || println!("retry")).unwrap();
-    /// let mut sleep = Box::pin(timer.sleep(Duration::from_secs(60)));
-    /// assert!(sleep.as_mut().poll(&mut Context::from_waker(Waker::noop())).is_pending());
-    /// let (wake_ups, closures): (Vec<_>, Vec<_>) =
-    ///     timer.shutdown().into_iter().partition(|callback| callback.is_wake_up());
-    /// assert_eq!((wake_ups.len(), closures.len()), (1, 1));
-    /// drop(wake_ups); // the sleep ends with an error: the timer shut down
-    /// assert!(futures::executor::block_on(sleep).is_err());
-    /// ```
-    pub fn is_wake_up(&self) -> bool {
+    /// [`Timeout`](crate::Timeout)'s sleep) rather than a closure of the user's. A shutdown
+    /// ([`Timer::shutdown`](crate::Timer::shutdown), [`Timer::drain`](crate::Timer::drain))
+    /// ends the sleeps itself, with [`SleepError::Shutdown`](crate::SleepError::Shutdown),
+    /// and hands back the closures alone.
+    pub(crate) fn is_wake_up(&self) -> bool {
         self.table.addr().get() & WAKER != 0
     }
 
@@ -272,6 +254,17 @@ unsafe fn parts(data: Word, table: NonNull<()>) -> Taken {
     // here) its `&'static RawWakerVTable`, taken from a waker it forgot: this rebuilds
     // that waker, once (the caller's word).
     Taken::Waker(unsafe { Waker::new(data.assume_init(), &*vtable.cast::<RawWakerVTable>()) })
+}
+
+/// What a shutdown hands back of a timer's payloads: for a timer of callbacks, the user's
+/// closures alone, the wake-ups of sleeps and timeouts dropped here, which wakes their
+/// tasks to find the timer shut down (rather than when the caller drops what it was
+/// handed); any other payload as it is.
+pub(crate) fn hand_back<T: 'static>(mut payloads: Vec<T>) -> Vec<T> {
+    if let Some(callbacks) = (&mut payloads as &mut dyn Any).downcast_mut::<Vec<Callback>>() {
+        callbacks.retain(|callback| !callback.is_wake_up());
+    }
+    payloads
 }
 
 /// Drops the payload of a cancelled timer: for a timer of callbacks

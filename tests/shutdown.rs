@@ -229,3 +229,65 @@ fn max_pending_bounds_the_whole_timer_whichever_threads_schedule() {
         "and so do fired timers"
     );
 }
+
+/// A shutdown ends every pending sleep and timeout itself: tasks awaiting them wake with
+/// `SleepError::Shutdown` (a timeout's future runs on) while the caller still holds what
+/// the shutdown handed back, which is the user's closures alone.
+#[test]
+fn a_shutdown_ends_pending_sleeps_and_timeouts_and_hands_back_only_closures() {
+    const TASKS: usize = 1_000;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_time()
+        .build()
+        .unwrap();
+    let timer = Timer::builder().shards(2).build().unwrap();
+    let drops = Arc::new(AtomicUsize::new(0));
+    timer.schedule(ms(60_000), counted(&drops)).unwrap();
+    let (polled, first_polls) = mpsc::channel();
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|task| {
+            let (timer, polled) = (timer.clone(), polled.clone());
+            runtime.spawn(async move {
+                let mut sleep = std::pin::pin!(timer.sleep(ms(60_000)));
+                let mut timeout =
+                    std::pin::pin!(timer.timeout(ms(60_000), std::future::pending::<()>()));
+                std::future::poll_fn(|context| {
+                    assert!(sleep.as_mut().poll(context).is_pending());
+                    assert!(timeout.as_mut().poll(context).is_pending());
+                    std::task::Poll::Ready(())
+                })
+                .await;
+                polled.send(task).unwrap();
+                (sleep.await, timeout.await.map(drop))
+            })
+        })
+        .collect();
+    for _ in 0..TASKS {
+        first_polls.recv_timeout(Duration::from_secs(30)).unwrap();
+    }
+
+    let handed_back = timer.shutdown();
+    assert_eq!(handed_back.len(), 1, "the closure alone");
+    let ended = runtime.block_on(async {
+        tokio::time::timeout(Duration::from_secs(30), async {
+            let mut ended = Vec::new();
+            for task in tasks {
+                ended.push(task.await.unwrap());
+            }
+            ended
+        })
+        .await
+    });
+    let ended = ended.expect("every sleep and timeout ended while the closures were held");
+    assert!(ended.iter().all(|(sleep, timeout)| {
+        *sleep == Err(shardwheel::SleepError::Shutdown) && timeout.is_err()
+    }));
+    assert_eq!(
+        drops.load(Ordering::SeqCst),
+        0,
+        "the closure was handed back unrun"
+    );
+    drop(handed_back);
+    assert_eq!(drops.load(Ordering::SeqCst), 1);
+}

@@ -26,9 +26,9 @@ impl<T: Send + 'static> Timer<T> {
     /// shuts down at once, as `shutdown` does there. On a [manual](super::Builder::manual)
     /// timer it [advances](Self::advance) the time by `bound`, then shuts down.
     ///
-    /// A [`Timer`] of callbacks hands back user closures and the wake-ups of sleeps and
-    /// timeouts alike: [`Callback::is_wake_up`](crate::Callback::is_wake_up) tells them
-    /// apart.
+    /// A [`Timer`] of callbacks hands back the user's closures alone: the sleeps and
+    /// timeouts not due within the bound end with
+    /// [`SleepError::Shutdown`](crate::SleepError::Shutdown), as at a shutdown.
     ///
     /// ```
     /// use std::sync::mpsc;

@@ -471,7 +471,9 @@ impl<T: Send + 'static> Timer<T> {
     }
 
     /// Stops every reaper and returns the payloads (callbacks) of the timers that had not
-    /// fired, unrun. Scheduling afterwards fails with [`ScheduleError::Shutdown`]. Calling
+    /// fired, unrun. The sleeps and timeouts of a timer of callbacks end here, with
+    /// [`SleepError::Shutdown`](crate::SleepError::Shutdown) (their tasks are woken before
+    /// this returns): what comes back is the user's closures alone. Scheduling afterwards fails with [`ScheduleError::Shutdown`]. Calling
     /// it again returns nothing more. It shuts down the engine every clone of this timer
     /// shares; dropping the last clone shuts it down too, without waiting (see
     /// "Shutdown" in the type's docs). Each reaper fires what is due when it stops first;
@@ -520,7 +522,7 @@ impl<T: Send + 'static> Engine<T> {
     /// See [`Timer::shutdown`].
     fn shutdown(&self) -> Vec<T> {
         self.stop();
-        match &self.driver {
+        crate::callback::hand_back(match &self.driver {
             Driver::Reapers(reapers) => {
                 let reapers = std::mem::take(&mut *lock(reapers));
                 let me = std::thread::current().id();
@@ -535,7 +537,7 @@ impl<T: Send + 'static> Engine<T> {
             // `advance` holds the lock and winds up after its passes.
             Driver::Manual(state) if Advancing::is(state) => Vec::new(),
             Driver::Manual(state) => Timer::wind_up(&self.scheduler, lock(state).take()),
-        }
+        })
     }
 
     /// Whether the calling thread is one of this engine's reapers (in a callback).
