@@ -87,3 +87,44 @@ fn a_sleep_never_ends_before_its_delay_has_passed_since_its_first_poll() {
         );
     }
 }
+
+/// A thread on which `rdtsc` faults (`prctl(PR_SET_TSC, PR_TSC_SIGSEGV)`, as sandboxes
+/// and replay tools set it per thread) schedules, resets and cancels timers with delays
+/// without faulting, and they fire: the engine does not read the counter there.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_thread_that_may_not_read_the_counter_schedules_with_delays() {
+    let timer = Timer::builder().shards(1).build().unwrap();
+    timer.schedule(Duration::ZERO, || {}).unwrap();
+    thread::sleep(Duration::from_millis(30));
+    let (ran, fired) = mpsc::channel();
+    let sandboxed = {
+        let timer = timer.clone();
+        thread::spawn(move || {
+            // SAFETY: PR_SET_TSC takes an integer and changes this thread alone.
+            assert_eq!(
+                unsafe { libc::prctl(libc::PR_SET_TSC, libc::PR_TSC_SIGSEGV) },
+                0
+            );
+            for i in 0..100u32 {
+                let ran = ran.clone();
+                let handle = timer
+                    .schedule(Duration::from_millis(1), move || ran.send(i).unwrap())
+                    .unwrap();
+                if i % 2 == 0 {
+                    timer.reset(handle, Duration::from_millis(2)).unwrap();
+                } else if i % 3 == 0 {
+                    assert!(timer.cancel(handle));
+                }
+            }
+        })
+    };
+    sandboxed.join().expect("the thread ran its schedules");
+    let expected: Vec<u32> = (0..100).filter(|i| i % 2 == 0 || i % 3 != 0).collect();
+    let mut ids: Vec<u32> = expected
+        .iter()
+        .map(|_| fired.recv_timeout(Duration::from_secs(10)).unwrap())
+        .collect();
+    ids.sort_unstable();
+    assert_eq!(ids, expected);
+}

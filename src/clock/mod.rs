@@ -85,10 +85,16 @@ pub(crate) struct Clock {
     tick_nanos: u64,
 }
 
-/// The monotonic clock (`Instant`'s on Linux), in nanoseconds.
+/// The monotonic clock (`Instant`'s on Linux), in nanoseconds. On x86-64, asked of the
+/// kernel itself on a thread that may not run `rdtsc` (see `tsc::may_count`), where the
+/// vDSO's reading would fault.
 #[cfg(all(target_os = "linux", not(miri)))]
 #[inline]
 fn monotonic_nanos() -> u64 {
+    #[cfg(all(target_arch = "x86_64", not(loom)))]
+    if !tsc::may_count() {
+        return tsc::read_by_syscall(libc::CLOCK_MONOTONIC);
+    }
     read(libc::CLOCK_MONOTONIC)
 }
 

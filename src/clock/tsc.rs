@@ -45,7 +45,9 @@
 //! - **Where it is used.** x86-64 Linux whose kernel keeps time with the counter
 //!   (clocksource `tsc`: the kernel has checked it is invariant and synchronised across
 //!   cores, which its own vDSO clock relies on), on a processor that says its counter is
-//!   invariant, in a process that may read it (`PR_GET_TSC`). The rate is measured over
+//!   invariant, on a thread that may read it (`PR_GET_TSC`, asked on each thread before
+//!   its first count: the permission is per thread, and a sandbox or a replay tool can
+//!   make `rdtsc` fault on one thread and not on another). The rate is measured over
 //!   20 ms to a second from the process's first reading, between two brackets of the raw
 //!   clock, and discarded if the machine was suspended meanwhile; until then a reading is
 //!   the plain clock's. Elsewhere, and under miri and loom, every reading is the plain
@@ -120,10 +122,20 @@ impl Anchor {
     }
 }
 
-/// A thread's anchor, and its last reading, which the next is not below.
+/// A thread's anchor, its last reading, which the next is not below, and whether it may
+/// read the counter.
 struct Local {
     anchor: Cell<Anchor>,
     last: Cell<u64>,
+    counts: Cell<Counts>,
+}
+
+/// Whether a thread may read the counter: asked at its first reading.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Counts {
+    Unasked,
+    Yes,
+    No,
 }
 
 thread_local! {
@@ -132,6 +144,7 @@ thread_local! {
         Local {
             anchor: Cell::new(Anchor { count: 0, nanos: 0, rate: 0, span: 0 }),
             last: Cell::new(0),
+            counts: Cell::new(Counts::Unasked),
         }
     };
 }
@@ -156,10 +169,7 @@ static FIRST: Mutex<Option<(Bracket, u64)>> = Mutex::new(None);
 pub(crate) fn start() -> bool {
     static TRUSTED: OnceLock<bool> = OnceLock::new();
     *TRUSTED.get_or_init(|| {
-        kernel_keeps_time_with_it() == Some(true)
-            && steering_within_bound()
-            && invariant()
-            && readable()
+        kernel_keeps_time_with_it() == Some(true) && steering_within_bound() && invariant()
     })
 }
 
@@ -193,7 +203,8 @@ fn invariant() -> bool {
     }
 }
 
-/// The process may run `rdtsc` (`prctl(PR_SET_TSC)` can make it fault).
+/// The calling thread may run `rdtsc` (`prctl(PR_SET_TSC)` can make it fault, on one
+/// thread and the threads it starts after).
 fn readable() -> bool {
     let mut state: libc::c_int = 0;
     // SAFETY: PR_GET_TSC writes one int through the pointer, which points at a live,
@@ -205,8 +216,8 @@ fn readable() -> bool {
 #[inline]
 fn count() -> u64 {
     // SAFETY: `rdtsc` exists on every x86-64 processor, has no operands and reads no
-    // memory; it faults only where the process asked it to (`PR_SET_TSC`), which `start`
-    // checked.
+    // memory; it faults only on a thread that asked it to (`PR_SET_TSC`), which `ceiling`
+    // checked on the calling thread before its first count.
     unsafe { _rdtsc() }
 }
 
@@ -215,8 +226,11 @@ fn count() -> u64 {
 /// doc). Call only where [`start`] said yes.
 #[inline]
 pub(crate) fn ceiling() -> u64 {
-    let count = count();
     LOCAL.with(|local| {
+        if local.counts.get() != Counts::Yes {
+            return uncounted(local);
+        }
+        let count = count();
         let anchor = local.anchor.get();
         let since = count.wrapping_sub(anchor.count);
         let reading = if since < anchor.span {
@@ -229,6 +243,60 @@ pub(crate) fn ceiling() -> u64 {
         local.last.set(reading);
         reading
     })
+}
+
+/// `ceiling` on a thread not yet known to be allowed the counter: asks whether it is, and
+/// counts if so; otherwise a reading of the monotonic clock by the system call (kept not
+/// below the thread's last). Not through the vDSO: with the kernel keeping time with the
+/// counter, the vDSO's `clock_gettime` runs `rdtsc` in the thread too, and faults there as
+/// ours would (std's `Instant::now` does, on such a thread).
+#[cold]
+#[inline(never)]
+fn uncounted(local: &Local) -> u64 {
+    if local.counts.get() == Counts::Unasked && ask(local) {
+        return ceiling();
+    }
+    let reading = read_by_syscall(libc::CLOCK_MONOTONIC).max(local.last.get());
+    local.last.set(reading);
+    reading
+}
+
+/// Whether the calling thread may run `rdtsc`: asked once per thread. Where it may not,
+/// the vDSO's clock faults as well when it reads the counter (with clocksource `tsc`, or
+/// `kvm-clock`), so the engine asks the kernel for the time there (`read_by_syscall`).
+#[inline]
+pub(crate) fn may_count() -> bool {
+    LOCAL.with(|local| match local.counts.get() {
+        Counts::Yes => true,
+        Counts::No => false,
+        Counts::Unasked => ask(local),
+    })
+}
+
+/// Asks whether the calling thread may run `rdtsc`, and remembers the answer.
+#[cold]
+#[inline(never)]
+fn ask(local: &Local) -> bool {
+    let counts = readable();
+    local
+        .counts
+        .set(if counts { Counts::Yes } else { Counts::No });
+    counts
+}
+
+/// A clock's reading in nanoseconds, asked of the kernel itself (see `uncounted`).
+pub(crate) fn read_by_syscall(clock: libc::clockid_t) -> u64 {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: the system call writes one timespec through the pointer, which points at a
+    // live, writable one; the monotonic clock exists on every Linux, so it does not fail.
+    unsafe { libc::syscall(libc::SYS_clock_gettime, clock, &mut now as *mut libc::timespec) };
+    // As in `read`.
+    (now.tv_sec as u64)
+        .wrapping_mul(1_000_000_000)
+        .wrapping_add(now.tv_nsec as u64)
 }
 
 /// The slow path: a real reading, and a new anchor on it once the rate is known.
@@ -385,6 +453,32 @@ mod tests {
         // The readings came from the counter.
         let rate = RATE.load(Ordering::Relaxed);
         assert!(rate != 0 && rate != OFF, "rate {rate}");
+    }
+
+    /// A thread on which `rdtsc` faults (`PR_SET_TSC` with `PR_TSC_SIGSEGV`, as sandboxes
+    /// and replay tools set it) reads the plain clock: asking the counter there would kill
+    /// the process with SIGSEGV.
+    #[test]
+    fn a_thread_that_may_not_read_the_counter_reads_the_clock() {
+        ceiling();
+        std::thread::sleep(Duration::from_millis(25));
+        ceiling();
+        std::thread::spawn(|| {
+            // SAFETY: PR_SET_TSC takes an integer and changes this thread alone.
+            let set = unsafe { libc::prctl(libc::PR_SET_TSC, libc::PR_TSC_SIGSEGV) };
+            assert_eq!(set, 0, "PR_SET_TSC");
+            assert!(!readable());
+            // The vDSO's clock would fault here too: the kernel is asked.
+            for _ in 0..1_000 {
+                let before = read_by_syscall(libc::CLOCK_MONOTONIC);
+                let reading = ceiling();
+                assert!(reading >= before && reading <= read_by_syscall(libc::CLOCK_MONOTONIC));
+            }
+        })
+        .join()
+        .unwrap();
+        // The permission is the thread's: another may read the counter.
+        assert_eq!(std::thread::spawn(readable).join().unwrap(), readable());
     }
 
     #[test]
