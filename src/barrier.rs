@@ -9,23 +9,58 @@
 //! `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)` the reaper's call interrupts every
 //! other running thread of the process with a full fence (a sleeping thread's context
 //! switch is one already), so a pair of `light` and `heavy` orders as a pair of SeqCst
-//! fences would: whichever thread's fence comes second sees the other's store.
+//! fences would: whichever thread's fence comes second sees the other's store. That is
+//! the kernel's guarantee this module rests on (membarrier(2): "all its running threads
+//! siblings have executed a memory barrier" before the call returns), and the one thing
+//! loom cannot check: the litmus test below checks it on real threads, pinned to two
+//! cores.
 //!
 //! The kernel must accept the process's registration (Linux 4.14 and later), which
 //! `init` asks for once, before any stage exists. Where it does not (another system, an
 //! old kernel, a sandbox that filters the call), and under loom and miri, which model
-//! fences and not the kernel, both sides are SeqCst fences.
+//! fences and not the kernel, both sides are SeqCst fences from the start.
+//!
+//! The call can still fail after the registration: a seccomp filter installed later (on
+//! the calling thread, or on every thread with `SECCOMP_FILTER_FLAG_TSYNC`, as sandboxes
+//! and launchers do) makes it fail with `EPERM`. Then no other thread was fenced, and a
+//! `light` on one of them may have let its store sit in its store buffer past its load:
+//! `heavy` says so (it returns false), and the process falls back to SeqCst fences on
+//! both sides for good. A producer's `light` reads the mode at each call, so from its
+//! first `light` that reads the fall-back it fences fully, and the handshake is Dekker's
+//! with two full fences again. What the fall-back cannot force is a `light` already under
+//! way, or one that read the old mode: so for `GRACE` after it, `heavy` keeps returning
+//! false, and the reaper takes no stage on the strength of it (it asks the owner instead,
+//! see `Stage::settle`). Past `GRACE`, a `light` that still read the old mode would have
+//! read a value overwritten `GRACE` earlier, which cache coherence rules out (a store
+//! reaches every core in well under a microsecond; the memory model promises it in
+//! finite time, and this is the bound taken for "finite"); and a producer that stored its
+//! word before the fall-back and was preempted meanwhile has had it made visible by the
+//! context switch. This is the only place the engine rests on a time bound rather than a
+//! fence, and only after the kernel refused a call it had accepted.
 
 use crate::sync::{Ordering, fence};
 #[cfg(all(target_os = "linux", not(loom), not(miri)))]
 use std::sync::Once;
 #[cfg(all(target_os = "linux", not(loom), not(miri)))]
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicU8, AtomicU64};
 
-/// Whether the kernel accepted the registration: `light` may then be a compiler fence.
-/// Set once, by `init`, before any stage exists.
+/// The fences' mode: `SYMMETRIC` until `init` (and where the kernel refused the
+/// registration), `ASYMMETRIC` once it accepted it, `FELL_BACK` once a `heavy` failed.
 #[cfg(all(target_os = "linux", not(loom), not(miri)))]
-static ASYMMETRIC: AtomicBool = AtomicBool::new(false);
+static MODE: AtomicU8 = AtomicU8::new(SYMMETRIC);
+#[cfg(all(target_os = "linux", not(loom), not(miri)))]
+const SYMMETRIC: u8 = 0;
+#[cfg(all(target_os = "linux", not(loom), not(miri)))]
+const ASYMMETRIC: u8 = 1;
+#[cfg(all(target_os = "linux", not(loom), not(miri)))]
+const FELL_BACK: u8 = 2;
+/// When the fall-back happened (the monotonic clock, in nanoseconds; 0: not yet).
+#[cfg(all(target_os = "linux", not(loom), not(miri)))]
+static FELL_BACK_AT: AtomicU64 = AtomicU64::new(0);
+/// How long after the fall-back a `heavy` still fences no other thread (see the module
+/// doc).
+#[cfg(all(target_os = "linux", not(loom), not(miri)))]
+const GRACE: u64 = 10_000_000;
 #[cfg(all(target_os = "linux", not(loom), not(miri)))]
 static REGISTER: Once = Once::new();
 
@@ -43,19 +78,23 @@ pub(crate) fn init() {
         // SAFETY: `membarrier` takes two integers and touches no memory of ours.
         let registered =
             unsafe { libc::syscall(libc::SYS_membarrier, REGISTER_PRIVATE_EXPEDITED, 0) == 0 };
-        // Relaxed: `Once` orders it before every later `init` returns, and a stage only
-        // exists after its shard's `init` (and reaches other threads through an Arc's
-        // synchronisation).
-        ASYMMETRIC.store(registered, Ordering::Relaxed);
+        if registered {
+            // Relaxed: `Once` orders it before every later `init` returns, and a stage
+            // only exists after its shard's `init` (and reaches other threads through an
+            // Arc's synchronisation). A compare-exchange: a fall-back is never undone.
+            let _ = MODE.compare_exchange(SYMMETRIC, ASYMMETRIC, Ordering::Relaxed, Ordering::Relaxed);
+        }
     });
 }
 
-/// Whether the kernel accepted the registration (false before `init`).
+/// Whether `light` may be a compiler fence: the kernel accepted the registration and has
+/// not refused a `heavy` since.
 #[inline]
 fn asymmetric() -> bool {
-    // Relaxed: see `init`.
+    // Relaxed: see `init`; a fall-back is read in `light` as soon as the store reaches
+    // this core, and `heavy` does not count on it until `GRACE` later.
     #[cfg(all(target_os = "linux", not(loom), not(miri)))]
-    return ASYMMETRIC.load(Ordering::Relaxed);
+    return MODE.load(Ordering::Relaxed) == ASYMMETRIC;
     #[cfg(not(all(target_os = "linux", not(loom), not(miri))))]
     false
 }
@@ -77,18 +116,55 @@ pub(crate) fn light() {
     }
 }
 
-/// The rare side's fence: when it returns, every other thread of the process has issued
-/// a full fence since it was called, so a `light` there came before or after it.
-pub(crate) fn heavy() {
+/// The rare side's fence. True when every other thread of the process has issued a full
+/// fence since it was called, or fences at each `light` (symmetric mode), so that a
+/// `light` there came before or after it; false for `GRACE` after the kernel refused the
+/// barrier (see the module doc): the caller then trusts nothing it loads after it to be
+/// ordered against a `light`.
+#[must_use = "a false heavy fence orders nothing against the other side's light one"]
+pub(crate) fn heavy() -> bool {
     #[cfg(all(test, not(loom)))]
     HEAVY_CALLS.with(|calls| calls.set(calls.get() + 1));
     fence(Ordering::SeqCst);
     #[cfg(all(target_os = "linux", not(loom), not(miri)))]
-    if asymmetric() {
-        // SAFETY: as in `init`; registered, so the command cannot fail with EPERM.
-        let done = unsafe { libc::syscall(libc::SYS_membarrier, PRIVATE_EXPEDITED, 0) };
-        debug_assert_eq!(done, 0, "membarrier failed after its registration");
+    // Acquire: a fall-back's time, stored before it (`fall_back`).
+    match MODE.load(Ordering::Acquire) {
+        ASYMMETRIC => {
+            // SAFETY: as in `init`.
+            let done = unsafe { libc::syscall(libc::SYS_membarrier, PRIVATE_EXPEDITED, 0) };
+            if done != 0 {
+                fall_back();
+                return false;
+            }
+        }
+        FELL_BACK => return settled(),
+        _ => {}
     }
+    true
+}
+
+/// The kernel refused a barrier after it accepted the registration: every `light` from
+/// now on is a full fence (see the module doc).
+#[cfg(all(target_os = "linux", not(loom), not(miri)))]
+#[cold]
+fn fall_back() {
+    // The time first: a `heavy` that reads the new mode finds it (the SeqCst store below
+    // releases it to `heavy`'s Acquire load).
+    let now = crate::clock::monotonic_nanos().max(1);
+    let _ = FELL_BACK_AT.compare_exchange(0, now, Ordering::Relaxed, Ordering::Relaxed);
+    // SeqCst, and the fence in `heavy` before it: the switch reaches the other cores as
+    // soon as the hardware carries it.
+    MODE.store(FELL_BACK, Ordering::SeqCst);
+    crate::observe::fences_fell_back();
+}
+
+/// Whether `GRACE` has passed since the fall-back.
+#[cfg(all(target_os = "linux", not(loom), not(miri)))]
+fn settled() -> bool {
+    // Relaxed: stored before `MODE`'s SeqCst store, which the caller's Acquire load saw;
+    // a 0 (a racing fall-back) only says "not yet".
+    let at = FELL_BACK_AT.load(Ordering::Relaxed);
+    at != 0 && crate::clock::monotonic_nanos() >= at + GRACE
 }
 
 #[cfg(all(test, not(loom)))]
@@ -97,20 +173,27 @@ mod tests {
     use std::sync::Arc;
     use std::sync::atomic::AtomicU32;
 
-    /// Dekker's handshake, many times over: one thread stores its flag, `light`, loads the
-    /// other's; the other stores, `heavy`, loads. At least one of them must see the other's
-    /// store each round (with a compiler fence alone on both sides, x86's store buffer lets
-    /// both miss it).
-    #[test]
-    fn a_light_and_a_heavy_fence_never_both_miss() {
-        init();
-        const ROUNDS: u32 = if cfg!(miri) { 20 } else { 2_000 };
+    /// Dekker's handshake, `rounds` times over, with the two sides pinned to different
+    /// cores where there are two: one thread stores its flag, `light`, loads the other's;
+    /// the other stores, `heavy` (this one), loads. Returns the rounds in which both
+    /// missed the other's store (with a compiler fence alone on both sides, x86's store
+    /// buffer lets both miss it).
+    fn missed_both(rounds: u32, heavy: fn() -> bool) -> u32 {
+        let cores = core_affinity::get_core_ids().unwrap_or_default();
+        let core = |at: usize| cores.get(at).copied().filter(|_| cores.len() >= 2);
+        let (light_core, heavy_core) = (core(0), core(1));
+        let pin = |core: Option<core_affinity::CoreId>| {
+            if let Some(core) = core {
+                core_affinity::set_for_current(core);
+            }
+        };
         let (a, b) = (Arc::new(AtomicU32::new(0)), Arc::new(AtomicU32::new(0)));
         let (turn, seen) = (Arc::new(AtomicU32::new(0)), Arc::new(AtomicU32::new(0)));
         let light_side = {
             let (a, b, turn, seen) = (a.clone(), b.clone(), turn.clone(), seen.clone());
             std::thread::spawn(move || {
-                for round in 1..=ROUNDS {
+                pin(light_core);
+                for round in 1..=rounds {
                     while turn.load(Ordering::Acquire) < 2 * round - 1 {
                         std::hint::spin_loop();
                     }
@@ -123,21 +206,118 @@ mod tests {
                 }
             })
         };
-        let mut missed_both = 0;
-        for round in 1..=ROUNDS {
-            let before = seen.load(Ordering::Relaxed);
-            turn.store(2 * round - 1, Ordering::Release);
-            b.store(round, Ordering::Relaxed);
-            heavy();
-            let saw = a.load(Ordering::Relaxed) == round;
-            while turn.load(Ordering::Acquire) < 2 * round {
-                std::hint::spin_loop();
+        let heavy_side = std::thread::spawn(move || {
+            pin(heavy_core);
+            let mut missed_both = 0;
+            for round in 1..=rounds {
+                let before = seen.load(Ordering::Relaxed);
+                turn.store(2 * round - 1, Ordering::Release);
+                b.store(round, Ordering::Relaxed);
+                assert!(heavy(), "the barrier fenced every thread");
+                let saw = a.load(Ordering::Relaxed) == round;
+                while turn.load(Ordering::Acquire) < 2 * round {
+                    std::hint::spin_loop();
+                }
+                if !saw && seen.load(Ordering::Relaxed) == before {
+                    missed_both += 1;
+                }
             }
-            if !saw && seen.load(Ordering::Relaxed) == before {
-                missed_both += 1;
-            }
-        }
+            missed_both
+        });
         light_side.join().unwrap();
-        assert_eq!(missed_both, 0, "both sides missed the other's store");
+        heavy_side.join().unwrap()
+    }
+
+    /// The litmus test of the kernel guarantee `light` and `heavy` rest on (see the module
+    /// doc), on real threads: `SHARDWHEEL_LITMUS_ROUNDS` rounds (50,000 by default).
+    /// With `heavy` a plain SeqCst fence, or nothing, both sides miss within the first
+    /// few thousand rounds on x86-64.
+    #[test]
+    fn a_light_and_a_heavy_fence_never_both_miss() {
+        init();
+        let rounds = if cfg!(miri) {
+            20
+        } else {
+            std::env::var("SHARDWHEEL_LITMUS_ROUNDS")
+                .ok()
+                .and_then(|rounds| rounds.parse().ok())
+                .unwrap_or(50_000)
+        };
+        assert_eq!(missed_both(rounds, heavy), 0, "both sides missed the other's store");
+    }
+
+    /// Run in a process of its own (it changes the process's mode for good): a seccomp
+    /// filter installed on a thread after `init` makes `membarrier` fail with EPERM there;
+    /// `heavy` says it fenced no other thread, every `light` from then on is a full fence,
+    /// and `heavy` trusts the fences again only `GRACE` later.
+    #[cfg(all(target_os = "linux", not(miri)))]
+    #[test]
+    fn a_barrier_refused_after_the_registration_falls_back_to_full_fences() {
+        const CHILD: &str = "SHARDWHEEL_BARRIER_REFUSED_CHILD";
+        if std::env::var_os(CHILD).is_none() {
+            let status = std::process::Command::new(std::env::current_exe().unwrap())
+                .args([
+                    "--exact",
+                    "barrier::tests::a_barrier_refused_after_the_registration_falls_back_to_full_fences",
+                    "--nocapture",
+                ])
+                .env(CHILD, "1")
+                .status()
+                .unwrap();
+            assert!(status.success(), "the child process: {status}");
+            return;
+        }
+        init();
+        if !asymmetric() {
+            eprintln!("membarrier is not available here: nothing to fall back from");
+            return;
+        }
+        assert!(heavy(), "registered and allowed");
+        std::thread::spawn(|| {
+            refuse_membarrier();
+            let started = crate::clock::monotonic_nanos();
+            assert!(!heavy(), "refused: no other thread was fenced");
+            assert!(!asymmetric(), "every light is a full fence now");
+            assert!(!heavy(), "not yet trusted");
+            while crate::clock::monotonic_nanos() < started + GRACE {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            assert!(heavy(), "trusted once GRACE has passed: every light is full");
+        })
+        .join()
+        .unwrap();
+        assert!(heavy(), "on another thread too: the fences are symmetric");
+        assert!(!asymmetric());
+    }
+
+    /// Installs on the calling thread a seccomp filter that fails `membarrier` with EPERM
+    /// and allows every other call.
+    #[cfg(all(target_os = "linux", not(miri)))]
+    fn refuse_membarrier() {
+        let statement = |code: u16, jt: u8, jf: u8, k: u32| libc::sock_filter { code, jt, jf, k };
+        // BPF: load the call's number; if membarrier, fail with EPERM; else allow.
+        let filter = [
+            statement(0x20, 0, 0, 0),
+            statement(0x15, 0, 1, libc::SYS_membarrier as u32),
+            statement(0x06, 0, 0, libc::SECCOMP_RET_ERRNO | libc::EPERM as u32),
+            statement(0x06, 0, 0, libc::SECCOMP_RET_ALLOW),
+        ];
+        let program = libc::sock_fprog {
+            len: filter.len() as u16,
+            filter: filter.as_ptr().cast_mut(),
+        };
+        // SAFETY: both calls take integers and, for the filter, a pointer to a live
+        // program the kernel copies; they change the calling thread alone.
+        unsafe {
+            assert_eq!(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 0);
+            assert_eq!(
+                libc::prctl(
+                    libc::PR_SET_SECCOMP,
+                    libc::SECCOMP_MODE_FILTER,
+                    &program as *const libc::sock_fprog
+                ),
+                0
+            );
+        }
     }
 }

@@ -120,6 +120,16 @@ mod events {
             tracing::debug!(before, slots, "shardwheel shard gave timer slots back");
         }
     }
+
+    /// The kernel refused a `membarrier` it had accepted the registration for (a seccomp
+    /// filter installed since): the stages' fences are full fences on both sides now.
+    #[cfg_attr(any(not(target_os = "linux"), miri), allow(dead_code))]
+    pub(crate) fn fences_fell_back() {
+        tracing::warn!(
+            "membarrier was refused after its registration (a seccomp filter?): shardwheel \
+             falls back to full fences on every schedule and cancel"
+        );
+    }
 }
 
 /// Without `tracing`, nothing to tell.
@@ -129,4 +139,6 @@ mod events {
     pub(crate) fn reaper_started(_: usize) {}
     pub(crate) fn reaper_stopped(_: usize, _: usize) {}
     pub(crate) fn gave_back(_: u32, _: u32) {}
+    #[cfg_attr(any(not(target_os = "linux"), miri), allow(dead_code))]
+    pub(crate) fn fences_fell_back() {}
 }

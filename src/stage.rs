@@ -134,7 +134,10 @@ pub struct Stage {
 /// A stage's contents, touched only by whoever holds the stage.
 // SAFETY: the contents in the cell are touched only by the stage's holder, one thread at a
 // time under the two words' handshake and their Acquire and Release (see `with`); the rest
-// is atomic.
+// is atomic. The handshake's exclusion rests on its fences pairing as two SeqCst fences:
+// with the asymmetric pair, on the kernel's guarantee that `membarrier` fenced every
+// running thread before it returned (see `barrier`); where the kernel refuses it, `heavy`
+// says so and the reaper takes no stage on the strength of it (`settle`).
 unsafe impl Sync for Stage {}
 
 #[derive(Debug)]
@@ -287,12 +290,13 @@ impl Stage {
             if !self.mark_held() {
                 return Take::Closed;
             }
-            barrier::heavy();
-            if self.settle(true) == Take::Taken {
+            let fenced = barrier::heavy();
+            if self.settle(true, fenced) == Take::Taken {
                 return Take::Taken;
             }
-            barrier::heavy();
-            if !self.left_unasked() {
+            // Unfenced, the owner's word proves nothing either way: it hands over if it
+            // is inside, and the reaper comes back (the fences are whole again soon).
+            if !barrier::heavy() || !self.left_unasked() {
                 return Take::Asked;
             }
         }
@@ -311,16 +315,21 @@ impl Stage {
     }
 
     /// The reaper's second step, after `mark_held` and a `barrier::heavy` (Dekker's
-    /// handshake with `try_own`): `Taken` if the owner is out; otherwise the reaper lets go
-    /// of the mark and, if `ask`, asks the owner for its timers, unless a request is
-    /// unanswered, and `Asked` says to follow with a `barrier::heavy` and `left_unasked`.
+    /// handshake with `try_own`), which says whether it `fenced` the owner: `Taken` if the
+    /// owner is out; otherwise the reaper lets go of the mark and, if `ask`, asks the owner
+    /// for its timers, unless a request is unanswered, and `Asked` says to follow with a
+    /// `barrier::heavy` and `left_unasked`. Unfenced, an owner that looks out may be inside
+    /// with its word still in its store buffer: the reaper does not take the stage, and
+    /// asks as if the owner were inside (see `barrier`).
     /// (Without `ask`, `Asked` only says the reaper let go: it wanted the stage's cancels,
     /// which can wait for the next tidy interval rather than make the owner hand its
     /// timers over, see `Shard::collect_stages`.)
-    pub(crate) fn settle(&self, ask: bool) -> Take {
+    pub(crate) fn settle(&self, ask: bool, fenced: bool) -> Take {
         // Acquire: sees what the owner did inside before it left (its Release in `leave`).
         let owner = self.owner.load(Ordering::Acquire);
-        if owner & INSIDE == 0 {
+        // A gone owner is out for good, and its last accesses come before `let_go`
+        // (Release), which `is_gone` (Acquire) sees: no fence needed.
+        if owner & INSIDE == 0 && (fenced || self.is_gone()) {
             return Take::Taken;
         }
         // Relaxed: the reaper's own word.
@@ -370,8 +379,10 @@ impl Stage {
     /// left, released or closed it since.
     pub(crate) unsafe fn with<R>(&self, f: impl FnOnce(&mut Held) -> R) -> R {
         // SAFETY: whoever holds the stage is the only one that touches its contents (the
-        // handshake of the module doc), and the words' Acquire and Release order one
-        // holder's accesses after the last one's.
+        // handshake of the module doc: Dekker's, whose `light` and `heavy` fences order as
+        // two SeqCst fences by the kernel's `membarrier` guarantee, or are SeqCst fences,
+        // and a `heavy` that could not fence is never taken as one, see `barrier`), and the
+        // words' Acquire and Release order one holder's accesses after the last one's.
         self.held.with_mut(|held| f(unsafe { &mut *held }))
     }
 
@@ -492,6 +503,26 @@ mod tests {
         assert_eq!(stage.leave(), Leave::Left);
         assert!(!stage.is_asked());
         assert_eq!(stage.try_take(), Take::Taken);
+    }
+
+    /// A reaper whose heavy fence fenced nobody (the kernel refused it) cannot tell an
+    /// owner that is out from one whose entry still sits in its store buffer: it takes the
+    /// stage only once its owner let go, and asks it otherwise.
+    #[test]
+    fn an_unfenced_reaper_takes_only_a_stage_whose_owner_let_go() {
+        let stage = Stage::new();
+        assert!(stage.mark_held());
+        assert_eq!(stage.settle(true, false), Take::Asked, "looks out, proves nothing");
+        assert!(stage.is_asked(), "asked as if inside");
+        assert!(stage.try_own(), "not held: the owner may come in, and answers");
+        stage.answer();
+        assert_eq!(stage.leave(), Leave::Left);
+        stage.let_go();
+        assert!(stage.mark_held());
+        assert_eq!(stage.settle(true, false), Take::Taken, "gone: out for good");
+        stage.release();
+        assert!(stage.mark_held());
+        assert_eq!(stage.settle(true, true), Take::Taken);
     }
 
     #[test]

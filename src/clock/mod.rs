@@ -90,7 +90,7 @@ pub(crate) struct Clock {
 /// vDSO's reading would fault.
 #[cfg(all(target_os = "linux", not(miri)))]
 #[inline]
-fn monotonic_nanos() -> u64 {
+pub(crate) fn monotonic_nanos() -> u64 {
     #[cfg(all(target_arch = "x86_64", not(loom)))]
     if !tsc::may_count() {
         return tsc::read_by_syscall(libc::CLOCK_MONOTONIC);

@@ -379,9 +379,9 @@ impl<T> Shard<T> {
         };
         let mut asked = Vec::new();
         if !marked.is_empty() {
-            barrier::heavy();
+            let fenced = barrier::heavy();
             for at in marked {
-                match stages[at].settle(whole[at]) {
+                match stages[at].settle(whole[at], fenced) {
                     Take::Taken => take_in(due, at),
                     // Wanted for its cancels alone: they wait for the next tidy interval.
                     _ if !whole[at] => {}
@@ -389,8 +389,9 @@ impl<T> Shard<T> {
                 }
             }
         }
-        if !asked.is_empty() {
-            barrier::heavy();
+        // Unfenced (see `barrier`), an owner that looks out proves nothing: the reaper
+        // comes back to its stage at the next pass.
+        if !asked.is_empty() && barrier::heavy() {
             // The owner hands its timers over as it leaves (gone, it is not inside), unless
             // it left before the request: then the reaper takes them after all.
             for at in asked {
