@@ -54,11 +54,11 @@ impl<T> Shard<T> {
                 continue;
             }
             let rescue_at = self.rescue(siblings, clock, handler);
-            let wake_at = [self.wake_target(due), self.next_staged(due), rescue_at]
+            let elapsed = clock.elapsed();
+            let wake_at = [self.wake_target(due), self.next_staged(due, elapsed), rescue_at]
                 .into_iter()
                 .flatten()
                 .min();
-            let elapsed = clock.elapsed();
             if wake_at.is_some_and(|at| at <= elapsed) {
                 continue;
             }
@@ -113,7 +113,7 @@ impl<T> Shard<T> {
             }
         }
         let mut due = self.wheel().take().expect("the reaper's own wheel");
-        self.wind_up(&mut due)
+        self.wind_up_firing(&mut due, clock.now(), &|| clock.elapsed(), handler)
     }
 
     /// When the reaper next has work in its wheel: the start of the next due tick, or the

@@ -174,7 +174,7 @@ impl<T: Send> Shard<T> {
         self.take_in_and_fire(due, clock.now(), &|| clock.elapsed(), &collect);
         self.deferred.rescuing.store(false, Ordering::Relaxed);
         self.reaper_stats().rescued += 1;
-        let next = [self.wake_target(due), self.next_staged(due)]
+        let next = [self.wake_target(due), self.next_staged(due, clock.elapsed())]
             .into_iter()
             .flatten()
             .min();

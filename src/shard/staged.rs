@@ -14,6 +14,11 @@
 //! stages are applied after a look at the inbox that follows their taking (`Due::cancels`).
 
 use super::{PREFETCH_AHEAD, Refused, Shard, TIDY_INTERVAL};
+use std::time::Duration;
+
+/// How often the reaper comes back to a stage holding a timer due whose owner it asked to
+/// hand over, while the owner stays inside (see `next_staged`).
+pub(super) const ASKED_RETRY: Duration = Duration::from_millis(1);
 use crate::barrier;
 use crate::clock;
 use crate::due::Due;
@@ -529,19 +534,26 @@ impl<T> Shard<T> {
     }
 
     /// The earliest deadline staged in any stage, as last recorded (nanoseconds since the
-    /// start): the reaper wakes for it. Not in a stage whose owner it asked to hand over:
-    /// the owner's push wakes it (rather than the reaper spinning until the owner leaves).
-    pub(super) fn next_staged(&self, due: &Due) -> Option<u64> {
+    /// start): the reaper wakes for it. A stage whose owner it asked to hand over (the
+    /// owner was inside) stays in the plan, not earlier than `ASKED_RETRY` after `now`:
+    /// the owner's push wakes the reaper as soon as it leaves, and an owner kept off its
+    /// CPU (preempted, or its virtual CPU descheduled) is asked again every `ASKED_RETRY`
+    /// meanwhile, rather than its timers waiting for it unseen, or the reaper spinning.
+    pub(super) fn next_staged(&self, due: &Due, now: u64) -> Option<u64> {
+        let retry = now.saturating_add(clock::nanos(ASKED_RETRY));
         due.stages
             .iter()
-            .filter(|stage| !stage.is_asked())
-            .filter_map(|stage| stage.min())
+            .filter_map(|stage| {
+                let min = stage.min()?;
+                Some(if stage.is_asked() { min.max(retry) } else { min })
+            })
             .min()
     }
 
     /// Whether a stage holds a timer due before `wake_at`, or the registry has news: the
-    /// reaper's last look before it parks (see `stage`). A stage whose
-    /// owner the reaper asked to hand over does not count: the owner's push wakes it.
+    /// reaper's last look before it parks (see `stage`). A stage whose owner the reaper
+    /// asked to hand over does not count: `next_staged` planned for it, and the owner's
+    /// push wakes the reaper.
     pub(super) fn stages_due_before(&self, due: &Due, wake_at: u64) -> bool {
         // Relaxed: ordered by the park handshake's fence, as the hints are.
         self.news.load(Ordering::Relaxed)

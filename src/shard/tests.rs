@@ -298,3 +298,58 @@ fn the_owners_cancels_of_timers_handed_over_wait_in_its_stage_for_a_tidy_pass() 
     let stats = shard.stats();
     assert_eq!((stats.scheduled, stats.cancelled), (3, 2));
 }
+
+/// A stage holding a timer due whose owner is inside (preempted there, say) stays in the
+/// reaper's plan, a retry away, so that its timers are not left waiting unseen for as long
+/// as the owner is kept off its CPU; once the owner leaves, the next pass fires them.
+#[test]
+fn a_stage_whose_owner_was_asked_stays_in_the_plan() {
+    let shard = exact_shard();
+    let stage = shard.register_stage().unwrap();
+    shard.schedule_staged(&stage, 5_000, Box::new(1)).unwrap();
+    let mut due = Due::new();
+    shard.pass(&mut due, 4, &|| 4_999, &|_| panic!("not due"));
+    assert_eq!(shard.next_staged(&due, 4_999), Some(5_000));
+    assert!(stage.try_own(), "the owner is inside, and stays");
+    shard.pass(&mut due, 5, &|| 5_000, &|_| panic!("its owner is inside"));
+    assert!(stage.is_asked());
+    let retry = 5_000 + clock::nanos(super::staged::ASKED_RETRY);
+    assert_eq!(shard.next_staged(&due, 5_000), Some(retry), "asked, and planned for");
+    assert_eq!(shard.next_staged(&due, retry + 7), Some(retry + 1_000_007));
+    // The owner goes on without leaving; the reaper comes back at the retry and asks.
+    shard.pass(&mut due, 6, &|| 6_000, &|_| panic!("its owner is inside"));
+    stage.answer();
+    let fired = std::sync::Mutex::new(Vec::new());
+    assert_eq!(stage.leave(), crate::stage::Leave::Left);
+    shard.pass(&mut due, 7, &|| 7_000, &|payload| fired.lock().unwrap().push(*payload));
+    assert_eq!(*fired.lock().unwrap(), [1], "taken once the owner left");
+}
+
+/// A drain stops the reapers once its bound has passed, and a reaper's last pass fires what
+/// is due by then; an owner inside its stage during that pass is asked, and hands its
+/// timers over only as the wind-up closes the stage: those due fire then, rather than
+/// being handed back.
+#[test]
+fn the_wind_up_fires_what_an_owner_inside_its_stage_hands_over_due() {
+    let shard = exact_shard();
+    let stage = shard.register_stage().unwrap();
+    shard.schedule_staged(&stage, 5_000, Box::new(1)).unwrap();
+    shard.schedule_staged(&stage, 90_000, Box::new(2)).unwrap();
+    let mut due = Due::new();
+    shard.pass(&mut due, 4, &|| 4_999, &|_| panic!("not due"));
+    assert!(stage.try_own(), "the owner is inside, and stays");
+    shard.stop();
+    let fired = std::sync::Mutex::new(Vec::new());
+    let record = |payload: Box<u64>| fired.lock().unwrap().push(*payload);
+    shard.pass(&mut due, 6, &|| 6_000, &record);
+    assert!(fired.lock().unwrap().is_empty(), "its owner is inside");
+    let unfired = std::thread::scope(|s| {
+        s.spawn(|| {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            shard.leave(&stage);
+        });
+        shard.wind_up_firing(&mut due, 6, &|| 6_000, &record)
+    });
+    assert_eq!(*fired.lock().unwrap(), [1], "due by the last pass: fired");
+    assert_eq!(unfired.into_iter().map(|p| *p).collect::<Vec<_>>(), [2]);
+}
