@@ -1,5 +1,5 @@
 //! `DelayQueue` against a model on a manual timer (every value out once, never early, in
-//! deadline order, removes and resets honoured), then on real reapers under tokio and
+//! deadline order, removes and resets honoured, `peek` naming a value due first), then on real reapers under tokio and
 //! `futures::executor`.
 
 mod common;
@@ -116,6 +116,14 @@ proptest! {
                 }
             }
             prop_assert_eq!(queue.len(), model.pending.len());
+            let earliest = model.pending.values().map(|&(_, due)| due).min();
+            match queue.peek() {
+                Some(key) => prop_assert!(
+                    model.pending.values().any(|&(k, due)| k == key && Some(due) == earliest),
+                    "peek named a value not due first"
+                ),
+                None => prop_assert!(earliest.is_none(), "peek of a queue with values"),
+            }
         }
         timer.advance(Duration::from_millis(200)).unwrap();
         drain(&mut queue, &mut model, start, now_ms + 200);

@@ -53,18 +53,18 @@ impl Alarm {
         }
     }
 
-    /// `delay` from now by the timer's clock; far deadlines saturate to far ones.
-    pub(super) fn after(&self, delay: Duration) -> Instant {
-        clock::instant_after(self.timer.now(), delay)
+    /// The timer's clock.
+    pub(super) fn clock(&self) -> Instant {
+        self.timer.now()
     }
 
     /// `deadline` as a stamp (one before the queue's start counts as its start), and the
-    /// tick to file it under: the first at or after it, or, if it has passed by the timer's
-    /// clock, the tick under way, so that it comes out at the next poll.
-    pub(super) fn file(&self, deadline: Instant) -> (Stamp, u64) {
+    /// tick to file it under: the first at or after it, or, if it has passed by `now` (the
+    /// timer's clock, read by the caller), the tick under way, so that it comes out at the
+    /// next poll.
+    pub(super) fn file(&self, deadline: Instant, now: Instant) -> (Stamp, u64) {
         let since = deadline.saturating_duration_since(self.start);
         let nanos = u64::try_from(since.as_nanos()).unwrap_or(u64::MAX);
-        let now = self.timer.now();
         let tick = if deadline <= now {
             ticks(now.saturating_duration_since(self.start))
         } else {

@@ -1,7 +1,8 @@
 //! The queue's other methods: resets, deadlines, `peek`, `clear` and its memory
 //! (`capacity`, `reserve`, `compact`, `shrink_to_fit`).
 
-use super::{DelayQueue, Key};
+use super::{DelayQueue, Key, stale};
+use crate::clock;
 use crate::error::StaleKey;
 use std::time::{Duration, Instant};
 
@@ -24,8 +25,9 @@ impl<T> DelayQueue<T> {
     /// ```
     #[track_caller]
     pub fn reset(&mut self, key: &Key, timeout: Duration) {
-        let deadline = self.alarm.after(timeout);
-        self.reset_at(key, deadline);
+        if self.try_reset(key, timeout).is_err() {
+            stale("reset");
+        }
     }
 
     /// Moves the value `key` names to `when`, as [`reset`](Self::reset). A deadline
@@ -48,7 +50,7 @@ impl<T> DelayQueue<T> {
     #[track_caller]
     pub fn reset_at(&mut self, key: &Key, when: impl Into<Instant>) {
         if self.try_reset_at(key, when).is_err() {
-            panic!("shardwheel: DelayQueue::reset: the key names no value");
+            stale("reset_at");
         }
     }
 
@@ -69,8 +71,8 @@ impl<T> DelayQueue<T> {
     /// assert!(queue.try_reset(&key, Duration::from_secs(30)).is_err());
     /// ```
     pub fn try_reset(&mut self, key: &Key, timeout: Duration) -> Result<(), StaleKey> {
-        let deadline = self.alarm.after(timeout);
-        self.try_reset_at(key, deadline)
+        let now = self.alarm.clock();
+        self.refile(key, clock::instant_after(now, timeout), now)
     }
 
     /// [`reset_at`](Self::reset_at), or an error if `key` names nothing.
@@ -86,7 +88,13 @@ impl<T> DelayQueue<T> {
     /// assert!(queue.try_reset_at(&key, std::time::Instant::now()).is_err());
     /// ```
     pub fn try_reset_at(&mut self, key: &Key, when: impl Into<Instant>) -> Result<(), StaleKey> {
-        let (deadline, tick) = self.alarm.file(when.into());
+        let now = self.alarm.clock();
+        self.refile(key, when.into(), now)
+    }
+
+    /// Moves the value `key` names to `deadline`, `now` being the timer's clock.
+    fn refile(&mut self, key: &Key, deadline: Instant, now: Instant) -> Result<(), StaleKey> {
+        let (deadline, tick) = self.alarm.file(deadline, now);
         let entry = self.wheel.get_mut(key.0).and_then(Option::as_mut);
         entry.ok_or(StaleKey)?.deadline = deadline;
         self.wheel.reset(key.0, tick)?;
@@ -112,7 +120,7 @@ impl<T> DelayQueue<T> {
     pub fn deadline(&self, key: &Key) -> Instant {
         match self.try_deadline(key) {
             Some(deadline) => deadline,
-            None => panic!("shardwheel: DelayQueue::deadline: the key names no value"),
+            None => stale("deadline"),
         }
     }
 

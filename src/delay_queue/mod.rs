@@ -22,6 +22,7 @@ mod manage;
 mod poll;
 
 use crate::Wheel;
+use crate::clock;
 use crate::error::Full;
 use crate::timer::Timer;
 use alarm::{Alarm, Stamp};
@@ -164,8 +165,7 @@ impl<T> DelayQueue<T> {
     /// ```
     #[track_caller]
     pub fn insert(&mut self, value: T, timeout: Duration) -> Key {
-        let deadline = self.alarm.after(timeout);
-        self.insert_at(value, deadline)
+        room(self.try_insert(value, timeout))
     }
 
     /// Inserts `value`, due at `when` (by the timer's clock), and returns its key. A
@@ -185,10 +185,7 @@ impl<T> DelayQueue<T> {
     /// ```
     #[track_caller]
     pub fn insert_at(&mut self, value: T, when: impl Into<Instant>) -> Key {
-        match self.try_insert_at(value, when) {
-            Ok(key) => key,
-            Err(_) => panic!("shardwheel: a DelayQueue holds at most 2^31 values"),
-        }
+        room(self.try_insert_at(value, when))
     }
 
     /// [`insert`](Self::insert), handing the value back when the queue is full.
@@ -203,8 +200,8 @@ impl<T> DelayQueue<T> {
     /// assert_eq!(queue.remove(&key).into_inner(), 'a');
     /// ```
     pub fn try_insert(&mut self, value: T, timeout: Duration) -> Result<Key, Full<T>> {
-        let deadline = self.alarm.after(timeout);
-        self.try_insert_at(value, deadline)
+        let now = self.alarm.clock();
+        self.file(value, clock::instant_after(now, timeout), now)
     }
 
     /// [`insert_at`](Self::insert_at), handing the value back when the queue is full.
@@ -219,7 +216,13 @@ impl<T> DelayQueue<T> {
     /// assert!(queue.try_deadline(&key).is_some());
     /// ```
     pub fn try_insert_at(&mut self, value: T, when: impl Into<Instant>) -> Result<Key, Full<T>> {
-        let (deadline, tick) = self.alarm.file(when.into());
+        let now = self.alarm.clock();
+        self.file(value, when.into(), now)
+    }
+
+    /// Files `value` in the wheel at `deadline`, `now` being the timer's clock.
+    fn file(&mut self, value: T, deadline: Instant, now: Instant) -> Result<Key, Full<T>> {
+        let (deadline, tick) = self.alarm.file(deadline, now);
         let entry = Entry { value, deadline };
         match self.wheel.try_insert(tick, Some(entry)) {
             Ok(key) => {
@@ -256,7 +259,7 @@ impl<T> DelayQueue<T> {
     pub fn remove(&mut self, key: &Key) -> Expired<T> {
         match self.try_remove(key) {
             Some(expired) => expired,
-            None => panic!("shardwheel: DelayQueue::remove: the key names no value"),
+            None => stale("remove"),
         }
     }
 
@@ -325,6 +328,21 @@ impl<T> DelayQueue<T> {
             key,
         }
     }
+}
+
+/// The key of an insert that found room, or tokio-util's panic (its queue's limit is 2^30).
+#[track_caller]
+fn room<T>(inserted: Result<Key, Full<T>>) -> Key {
+    match inserted {
+        Ok(key) => key,
+        Err(_) => panic!("shardwheel: a DelayQueue holds at most 2^31 values"),
+    }
+}
+
+/// tokio-util's panic for a key it does not hold.
+#[track_caller]
+fn stale(method: &str) -> ! {
+    panic!("shardwheel: DelayQueue::{method}: the key names no value (it came out or was removed)")
 }
 
 impl<T> Default for DelayQueue<T> {
