@@ -1,5 +1,5 @@
 //! The queue's clock and its one sleep: deadlines as the queue's wheel counts them
-//! (milliseconds since the queue was made, rounded up, so that nothing comes out early),
+//! (milliseconds of the timer's clock, rounded up, so that nothing comes out early),
 //! and the engine sleep that wakes the queue's task when the wheel's next bucket is due.
 //!
 //! The sleep is made in one place, [`sleep_until`], and moved with `Sleep::reset` from then
@@ -24,20 +24,14 @@ fn sleep_until(timer: &Timer, at: Instant) -> Sleep {
     timer.sleep_until(at)
 }
 
-/// The ticks that have begun in `since`.
-fn ticks(since: Duration) -> u64 {
-    u64::try_from(since.as_nanos() / u128::from(TICK_NANOS)).unwrap_or(u64::MAX)
-}
-
-/// A deadline as the queue keeps it: nanoseconds since the queue's start, plus one (so that
-/// an `Option` of an entry costs nothing more: the placeholders of `reserve` are `None`).
+/// A deadline as the queue keeps it: nanoseconds since the timer started (its clock's
+/// reading, see `Scheduler::now`), plus one (so that an `Option` of an entry costs nothing
+/// more: the placeholders of `reserve` are `None`).
 pub(super) type Stamp = NonZeroU64;
 
 /// The queue's clock and its sleep.
 pub(super) struct Alarm {
     timer: Timer,
-    /// The instant tick 0 and stamp 1 stand for.
-    start: Instant,
     sleep: Option<Sleep>,
     /// The tick the sleep is set for, while there is one.
     armed: Option<u64>,
@@ -47,40 +41,50 @@ impl Alarm {
     pub(super) fn new(timer: &Timer) -> Self {
         Alarm {
             timer: timer.clone(),
-            start: timer.now(),
             sleep: None,
             armed: None,
         }
     }
 
-    /// The timer's clock.
-    pub(super) fn clock(&self) -> Instant {
-        self.timer.now()
+    /// The timer's clock: nanoseconds since it started.
+    pub(super) fn clock(&self) -> u64 {
+        self.timer.scheduler().now()
     }
 
-    /// `deadline` as a stamp (one before the queue's start counts as its start), and the
-    /// tick to file it under: the first at or after it, or, if it has passed by `now` (the
-    /// timer's clock, read by the caller), the tick under way, so that it comes out at the
-    /// next poll.
-    pub(super) fn file(&self, deadline: Instant, now: Instant) -> (Stamp, u64) {
-        let since = deadline.saturating_duration_since(self.start);
-        let nanos = u64::try_from(since.as_nanos()).unwrap_or(u64::MAX);
+    /// `timeout` after `now` (a reading of [`clock`](Self::clock)), saturating.
+    pub(super) fn after(now: u64, timeout: Duration) -> u64 {
+        now.saturating_add(clock::nanos(timeout))
+    }
+
+    /// `instant` by the timer's clock (one before it started reads as its start).
+    pub(super) fn at(&self, instant: Instant) -> u64 {
+        self.timer.scheduler().deadline_at(instant)
+    }
+
+    /// `deadline` as a stamp, and the tick to file it under: the first at or after it, or,
+    /// if it has passed by `now` (a reading of [`clock`](Self::clock)), the tick under way,
+    /// so that it comes out at the next poll.
+    pub(super) fn file(deadline: u64, now: u64) -> (Stamp, u64) {
         let tick = if deadline <= now {
-            ticks(now.saturating_duration_since(self.start))
+            now / TICK_NANOS
         } else {
-            nanos.div_ceil(TICK_NANOS)
+            deadline.div_ceil(TICK_NANOS)
         };
-        (Stamp::MIN.saturating_add(nanos), tick)
+        (Stamp::MIN.saturating_add(deadline), tick)
     }
 
     /// The instant a stamp stands for.
     pub(super) fn instant(&self, stamp: Stamp) -> Instant {
-        clock::instant_after(self.start, Duration::from_nanos(stamp.get() - 1))
+        self.instant_of(stamp.get() - 1)
+    }
+
+    fn instant_of(&self, nanos: u64) -> Instant {
+        self.timer.scheduler().clock().instant_of(nanos)
     }
 
     /// The tick under way by the timer's clock.
     pub(super) fn now(&self) -> u64 {
-        ticks(self.timer.now().saturating_duration_since(self.start))
+        self.clock() / TICK_NANOS
     }
 
     /// The tick the sleep is set for, if any.
@@ -95,7 +99,7 @@ impl Alarm {
 
     /// Polls the sleep, set for tick `tick` (moved there first if it was set elsewhere).
     pub(super) fn poll(&mut self, tick: u64, cx: &mut Context<'_>) -> Poll<Result<(), SleepError>> {
-        let at = clock::instant_after(self.start, Duration::from_millis(tick));
+        let at = self.instant_of(tick.saturating_mul(TICK_NANOS));
         let sleep = match (&mut self.sleep, self.armed == Some(tick)) {
             (Some(sleep), true) => sleep,
             (Some(sleep), false) => {

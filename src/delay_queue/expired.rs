@@ -88,8 +88,8 @@ impl<T> Expired<T> {
         self.value
     }
 
-    /// The deadline it had, as given (one before the queue was made reads as the instant
-    /// the queue was made). It came out at or after it.
+    /// The deadline it had, as given (one before the timer started reads as its start).
+    /// It came out at or after it.
     ///
     /// ```
     /// # let timer = shardwheel::Timer::builder().shards(1).manual().build().unwrap();

@@ -2,7 +2,7 @@
 //! (`capacity`, `reserve`, `compact`, `shrink_to_fit`).
 
 use super::{DelayQueue, Key, stale};
-use crate::clock;
+use super::alarm::Alarm;
 use crate::error::StaleKey;
 use std::time::{Duration, Instant};
 
@@ -72,7 +72,7 @@ impl<T> DelayQueue<T> {
     /// ```
     pub fn try_reset(&mut self, key: &Key, timeout: Duration) -> Result<(), StaleKey> {
         let now = self.alarm.clock();
-        self.refile(key, clock::instant_after(now, timeout), now)
+        self.refile(key, Alarm::after(now, timeout), now)
     }
 
     /// [`reset_at`](Self::reset_at), or an error if `key` names nothing.
@@ -88,13 +88,13 @@ impl<T> DelayQueue<T> {
     /// assert!(queue.try_reset_at(&key, std::time::Instant::now()).is_err());
     /// ```
     pub fn try_reset_at(&mut self, key: &Key, when: impl Into<Instant>) -> Result<(), StaleKey> {
-        let now = self.alarm.clock();
-        self.refile(key, when.into(), now)
+        let deadline = self.alarm.at(when.into());
+        self.refile(key, deadline, self.alarm.clock())
     }
 
     /// Moves the value `key` names to `deadline`, `now` being the timer's clock.
-    fn refile(&mut self, key: &Key, deadline: Instant, now: Instant) -> Result<(), StaleKey> {
-        let (deadline, tick) = self.alarm.file(deadline, now);
+    fn refile(&mut self, key: &Key, deadline: u64, now: u64) -> Result<(), StaleKey> {
+        let (deadline, tick) = Alarm::file(deadline, now);
         let entry = self.wheel.get_mut(key.0).and_then(Option::as_mut);
         entry.ok_or(StaleKey)?.deadline = deadline;
         self.wheel.reset(key.0, tick)?;

@@ -1,9 +1,9 @@
 //! [`DelayQueue`]: values that come out of an async queue when their deadline passes,
 //! tokio-util 0.7's `DelayQueue` on the shardwheel engine.
 //!
-//! The queue owns a bare [`Wheel`] of its values, in ticks of a millisecond since the queue
-//! was made (a deadline is filed under the first tick at or after it, so nothing comes out
-//! early), and one engine sleep (`alarm`), set for when the wheel's next bucket is due.
+//! The queue owns a bare [`Wheel`] of its values, in ticks of a millisecond of its timer's
+//! clock (a deadline is filed under the first tick at or after it, so nothing comes out
+//! early; one already passed, under the tick under way, so it comes out at the next poll), and one engine sleep (`alarm`), set for when the wheel's next bucket is due.
 //! Insert, remove and reset are the wheel's O(1) operations on its slab: no engine timer,
 //! no lock and no allocation per value once the slab has room. The task that polls the
 //! queue ([`poll_expired`](DelayQueue::poll_expired)) takes out what the wheel has due by
@@ -22,7 +22,6 @@ mod manage;
 mod poll;
 
 use crate::Wheel;
-use crate::clock;
 use crate::error::Full;
 use crate::timer::Timer;
 use alarm::{Alarm, Stamp};
@@ -201,7 +200,7 @@ impl<T> DelayQueue<T> {
     /// ```
     pub fn try_insert(&mut self, value: T, timeout: Duration) -> Result<Key, Full<T>> {
         let now = self.alarm.clock();
-        self.file(value, clock::instant_after(now, timeout), now)
+        self.file(value, Alarm::after(now, timeout), now)
     }
 
     /// [`insert_at`](Self::insert_at), handing the value back when the queue is full.
@@ -216,13 +215,13 @@ impl<T> DelayQueue<T> {
     /// assert!(queue.try_deadline(&key).is_some());
     /// ```
     pub fn try_insert_at(&mut self, value: T, when: impl Into<Instant>) -> Result<Key, Full<T>> {
-        let now = self.alarm.clock();
-        self.file(value, when.into(), now)
+        let deadline = self.alarm.at(when.into());
+        self.file(value, deadline, self.alarm.clock())
     }
 
     /// Files `value` in the wheel at `deadline`, `now` being the timer's clock.
-    fn file(&mut self, value: T, deadline: Instant, now: Instant) -> Result<Key, Full<T>> {
-        let (deadline, tick) = self.alarm.file(deadline, now);
+    fn file(&mut self, value: T, deadline: u64, now: u64) -> Result<Key, Full<T>> {
+        let (deadline, tick) = Alarm::file(deadline, now);
         let entry = Entry { value, deadline };
         match self.wheel.try_insert(tick, Some(entry)) {
             Ok(key) => {
