@@ -162,3 +162,13 @@ fn peek_names_the_value_due_first_across_the_wheels_buckets() {
     queue.remove(&near);
     assert_eq!(queue.peek(), Some(far));
 }
+
+/// A queue moves between threads and tasks with its values, as tokio-util's does.
+#[test]
+fn a_queue_is_send_and_sync_when_its_values_are() {
+    fn send_and_sync<T: Send + Sync>(_: &T) {}
+    let queue = DelayQueue::<String>::new();
+    send_and_sync(&queue);
+    let moved = std::thread::spawn(move || queue.len()).join().unwrap();
+    assert_eq!(moved, 0);
+}
