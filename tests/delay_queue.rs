@@ -1,6 +1,6 @@
 //! `DelayQueue` against a model on a manual timer (every value out once, never early, in
-//! deadline order, removes and resets honoured, `peek` naming a value due first), then on real reapers under tokio and
-//! `futures::executor`.
+//! deadline order, removes and resets honoured, `peek` naming a value due first), then on
+//! real reapers under tokio and `futures::executor`.
 
 mod common;
 

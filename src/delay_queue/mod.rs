@@ -3,7 +3,8 @@
 //!
 //! The queue owns a bare [`Wheel`] of its values, in ticks of a millisecond of its timer's
 //! clock (a deadline is filed under the first tick at or after it, so nothing comes out
-//! early; one already passed, under the tick under way, so it comes out at the next poll), and one engine sleep (`alarm`), set for when the wheel's next bucket is due.
+//! early; one already passed, under the tick under way, so it comes out at the next
+//! poll), and one engine sleep (`alarm`), set for when the wheel's next bucket is due.
 //! Insert, remove and reset are the wheel's O(1) operations on its slab: no engine timer,
 //! no lock and no allocation per value once the slab has room. The task that polls the
 //! queue ([`poll_expired`](DelayQueue::poll_expired)) takes out what the wheel has due by
