@@ -6,7 +6,6 @@
 //! on: a queue makes one sleep in its life (again after it ran empty), whatever the number
 //! of values that pass through it.
 
-use crate::clock;
 use crate::error::SleepError;
 use crate::sleep::Sleep;
 use crate::timer::Timer;
@@ -51,26 +50,42 @@ impl Alarm {
         self.timer.scheduler().now()
     }
 
-    /// `timeout` after `now` (a reading of [`clock`](Self::clock)), saturating.
-    pub(super) fn after(now: u64, timeout: Duration) -> u64 {
-        now.saturating_add(clock::nanos(timeout))
-    }
-
     /// `instant` by the timer's clock (one before it started reads as its start).
     pub(super) fn at(&self, instant: Instant) -> u64 {
         self.timer.scheduler().deadline_at(instant)
     }
 
+    /// A deadline `timeout` from now, as a stamp, and the tick to file it under (see
+    /// [`file`](Self::file)). Its base is the engine's cheap reading of its clock, never
+    /// behind it (the time-stamp counter where the engine trusts it), as for a timer's
+    /// delay; a zero timeout is due now, by the clock itself.
+    pub(super) fn file_after(&self, timeout: Duration) -> (Stamp, u64) {
+        if timeout.is_zero() {
+            return self.file(self.clock());
+        }
+        // After any reading of the clock so far: in the future.
+        let deadline = self.timer.scheduler().deadline_after(timeout);
+        (Stamp::MIN.saturating_add(deadline), deadline.div_ceil(TICK_NANOS))
+    }
+
     /// `deadline` as a stamp, and the tick to file it under: the first at or after it, or,
-    /// if it has passed by `now` (a reading of [`clock`](Self::clock)), the tick under way,
-    /// so that it comes out at the next poll.
-    pub(super) fn file(deadline: u64, now: u64) -> (Stamp, u64) {
-        let tick = if deadline <= now {
-            now / TICK_NANOS
-        } else {
-            deadline.div_ceil(TICK_NANOS)
-        };
+    /// if it has passed by the timer's clock, the tick under way, so that it comes out at
+    /// the next poll. The clock is read only for a deadline that the cheap reading does not
+    /// put in the future.
+    pub(super) fn file(&self, deadline: u64) -> (Stamp, u64) {
+        let tick = self
+            .passed(deadline)
+            .unwrap_or_else(|| deadline.div_ceil(TICK_NANOS));
         (Stamp::MIN.saturating_add(deadline), tick)
+    }
+
+    /// The tick under way, if `deadline` has passed by the timer's clock.
+    fn passed(&self, deadline: u64) -> Option<u64> {
+        if deadline > self.timer.scheduler().deadline_after(Duration::ZERO) {
+            return None;
+        }
+        let now = self.clock();
+        (deadline <= now).then_some(now / TICK_NANOS)
     }
 
     /// The instant a stamp stands for.

@@ -2,7 +2,7 @@
 //! (`capacity`, `reserve`, `compact`, `shrink_to_fit`).
 
 use super::{DelayQueue, Key, stale};
-use super::alarm::Alarm;
+use super::alarm::Stamp;
 use crate::error::StaleKey;
 use std::time::{Duration, Instant};
 
@@ -71,8 +71,8 @@ impl<T> DelayQueue<T> {
     /// assert!(queue.try_reset(&key, Duration::from_secs(30)).is_err());
     /// ```
     pub fn try_reset(&mut self, key: &Key, timeout: Duration) -> Result<(), StaleKey> {
-        let now = self.alarm.clock();
-        self.refile(key, Alarm::after(now, timeout), now)
+        let filed = self.alarm.file_after(timeout);
+        self.refile(key, filed)
     }
 
     /// [`reset_at`](Self::reset_at), or an error if `key` names nothing.
@@ -88,13 +88,12 @@ impl<T> DelayQueue<T> {
     /// assert!(queue.try_reset_at(&key, std::time::Instant::now()).is_err());
     /// ```
     pub fn try_reset_at(&mut self, key: &Key, when: impl Into<Instant>) -> Result<(), StaleKey> {
-        let deadline = self.alarm.at(when.into());
-        self.refile(key, deadline, self.alarm.clock())
+        let filed = self.alarm.file(self.alarm.at(when.into()));
+        self.refile(key, filed)
     }
 
-    /// Moves the value `key` names to `deadline`, `now` being the timer's clock.
-    fn refile(&mut self, key: &Key, deadline: u64, now: u64) -> Result<(), StaleKey> {
-        let (deadline, tick) = Alarm::file(deadline, now);
+    /// Moves the value `key` names under `tick`, with its new deadline.
+    fn refile(&mut self, key: &Key, (deadline, tick): (Stamp, u64)) -> Result<(), StaleKey> {
         let entry = self.wheel.get_mut(key.0).and_then(Option::as_mut);
         entry.ok_or(StaleKey)?.deadline = deadline;
         self.wheel.reset(key.0, tick)?;

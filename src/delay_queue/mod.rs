@@ -200,8 +200,8 @@ impl<T> DelayQueue<T> {
     /// assert_eq!(queue.remove(&key).into_inner(), 'a');
     /// ```
     pub fn try_insert(&mut self, value: T, timeout: Duration) -> Result<Key, Full<T>> {
-        let now = self.alarm.clock();
-        self.file(value, Alarm::after(now, timeout), now)
+        let filed = self.alarm.file_after(timeout);
+        self.file(value, filed)
     }
 
     /// [`insert_at`](Self::insert_at), handing the value back when the queue is full.
@@ -216,13 +216,12 @@ impl<T> DelayQueue<T> {
     /// assert!(queue.try_deadline(&key).is_some());
     /// ```
     pub fn try_insert_at(&mut self, value: T, when: impl Into<Instant>) -> Result<Key, Full<T>> {
-        let deadline = self.alarm.at(when.into());
-        self.file(value, deadline, self.alarm.clock())
+        let filed = self.alarm.file(self.alarm.at(when.into()));
+        self.file(value, filed)
     }
 
-    /// Files `value` in the wheel at `deadline`, `now` being the timer's clock.
-    fn file(&mut self, value: T, deadline: u64, now: u64) -> Result<Key, Full<T>> {
-        let (deadline, tick) = Alarm::file(deadline, now);
+    /// Files `value` in the wheel under `tick`, with its deadline.
+    fn file(&mut self, value: T, (deadline, tick): (Stamp, u64)) -> Result<Key, Full<T>> {
         let entry = Entry { value, deadline };
         match self.wheel.try_insert(tick, Some(entry)) {
             Ok(key) => {
