@@ -1,6 +1,6 @@
 //! `DelayQueue` against a model on a manual timer (every value out once, never early, in
-//! deadline order, removes and resets honoured), then on real reapers under tokio and
-//! `futures::executor`.
+//! deadline order, removes and resets honoured, `peek` naming a value due first), then on
+//! real reapers under tokio and `futures::executor`.
 
 mod common;
 
@@ -83,27 +83,27 @@ proptest! {
     fn the_queue_matches_its_model(ops in prop::collection::vec(op(), 1..80)) {
         let timer = Timer::builder().shards(2).manual().build().unwrap();
         let start = timer.now();
-        let mut queue = DelayQueue::new(&timer);
+        let mut queue = DelayQueue::with_timer(&timer);
         let mut model = Model::default();
         let (mut now_ms, mut next_id) = (0, 0);
         for op in ops {
             match op {
                 Op::Insert(ms) => {
-                    let key = queue.insert(next_id, Duration::from_millis(ms)).unwrap();
+                    let key = queue.insert(next_id, Duration::from_millis(ms));
                     model.pending.insert(next_id, (key, now_ms + ms));
                     next_id += 1;
                 }
                 Op::Remove(at) => {
                     if let Some(id) = model.nth(at) {
                         let (key, _) = model.pending.remove(&id).unwrap();
-                        prop_assert_eq!(queue.remove(key), Some(id));
-                        prop_assert_eq!(queue.remove(key), None, "a used key names nothing");
+                        prop_assert_eq!(queue.try_remove(&key).map(|e| e.into_inner()), Some(id));
+                        prop_assert!(queue.try_remove(&key).is_none(), "a used key names nothing");
                     }
                 }
                 Op::Reset(at, ms) => {
                     if let Some(id) = model.nth(at) {
                         let entry = model.pending.get_mut(&id).unwrap();
-                        queue.reset(entry.0, Duration::from_millis(ms)).unwrap();
+                        queue.reset(&entry.0, Duration::from_millis(ms));
                         entry.1 = now_ms + ms;
                     }
                 }
@@ -116,6 +116,14 @@ proptest! {
                 }
             }
             prop_assert_eq!(queue.len(), model.pending.len());
+            let earliest = model.pending.values().map(|&(_, due)| due).min();
+            match queue.peek() {
+                Some(key) => prop_assert!(
+                    model.pending.values().any(|&(k, due)| k == key && Some(due) == earliest),
+                    "peek named a value not due first"
+                ),
+                None => prop_assert!(earliest.is_none(), "peek of a queue with values"),
+            }
         }
         timer.advance(Duration::from_millis(200)).unwrap();
         drain(&mut queue, &mut model, start, now_ms + 200);
@@ -127,18 +135,16 @@ proptest! {
 /// Values with random delays through a queue on real reapers, awaited: each comes out
 /// once, never before its deadline.
 async fn await_all(timer: Timer) {
-    let mut queue = DelayQueue::new(&timer);
+    let mut queue = DelayQueue::with_timer(&timer);
     let mut removed = Vec::new();
     for id in 0..200u64 {
-        let key = queue
-            .insert(id, Duration::from_millis(id * 7 % 30))
-            .unwrap();
+        let key = queue.insert(id, Duration::from_millis(id * 7 % 30));
         if id.is_multiple_of(10) {
             removed.push(key);
         }
     }
     for key in removed {
-        assert!(queue.remove(key).is_some());
+        assert!(queue.try_remove(&key).is_some());
     }
     let mut seen = [false; 200];
     while let Some(expired) = queue.next_expired().await {
@@ -164,9 +170,9 @@ fn on_tokio_and_on_futures_executor() {
 fn a_queue_is_a_stream_of_its_expired_values() {
     use futures::StreamExt;
     let timer = Timer::builder().shards(1).build().unwrap();
-    let mut queue = DelayQueue::new(&timer);
+    let mut queue = DelayQueue::with_timer(&timer);
     for id in [3u64, 1, 2] {
-        queue.insert(id, Duration::from_millis(id * 5)).unwrap();
+        queue.insert(id, Duration::from_millis(id * 5));
     }
     let ids: Vec<u64> = futures::executor::block_on(queue.map(|e| e.into_inner()).collect());
     assert_eq!(ids, [1, 2, 3]);
@@ -175,10 +181,10 @@ fn a_queue_is_a_stream_of_its_expired_values() {
 #[test]
 fn huge_delays_are_far_deadlines_not_panics() {
     let timer = Timer::builder().shards(1).manual().build().unwrap();
-    let mut queue = DelayQueue::new(&timer);
-    let key = queue.insert(1, Duration::MAX).unwrap();
+    let mut queue = DelayQueue::with_timer(&timer);
+    let key = queue.insert(1, Duration::MAX);
     let year = Duration::from_secs(365 * 86_400);
-    assert!(queue.deadline(key).unwrap() > timer.now() + year);
-    queue.reset(key, Duration::MAX).unwrap();
-    assert!(queue.deadline(key).unwrap() > timer.now() + year);
+    assert!(queue.deadline(&key) > timer.now() + year);
+    queue.reset(&key, Duration::MAX);
+    assert!(queue.deadline(&key) > timer.now() + year);
 }

@@ -225,10 +225,8 @@ fn tokio_instants_are_deadlines_too() {
         assert!(tokio::time::Instant::now() >= deadline);
         let stuck = timer.timeout_at(tokio::time::Instant::now() + ms(1), pending::<()>());
         assert_eq!(stuck.await, Err(TimeoutError::Elapsed));
-        let mut queue = shardwheel::delay_queue::DelayQueue::new(&timer);
-        queue
-            .insert_at('q', tokio::time::Instant::now() + ms(1))
-            .unwrap();
+        let mut queue = shardwheel::delay_queue::DelayQueue::with_timer(&timer);
+        queue.insert_at('q', tokio::time::Instant::now() + ms(1));
         assert_eq!(queue.next_expired().await.unwrap().into_inner(), 'q');
     });
 }

@@ -156,6 +156,46 @@ impl Hierarchy {
         self.heap.peek().map(|(due, _)| due)
     }
 
+    /// The entry due first, the first in its bucket's list among equals (the one `poll`
+    /// takes first). Only buckets due no later than the best deadline found so far can hold
+    /// an earlier one: every entry of a bucket is due at or after the bucket.
+    pub(crate) fn earliest(&self, links: &impl Links) -> Option<u32> {
+        let mut best: Option<(u64, u64, u32)> = None; // (deadline, bucket due, index)
+        for bucket in self.levels.iter().flatten() {
+            if bucket.head == NIL || best.is_some_and(|(deadline, ..)| bucket.due > deadline) {
+                continue;
+            }
+            let mut index = bucket.head;
+            while index != NIL {
+                let candidate = (links.tick(index), bucket.due, index);
+                if best
+                    .is_none_or(|(deadline, due, _)| (candidate.0, candidate.1) < (deadline, due))
+                {
+                    best = Some(candidate);
+                }
+                index = links.next(index);
+            }
+        }
+        best.map(|(.., index)| index)
+    }
+
+    /// Empties every bucket, handing each entry to `free` (after its `next` link was read),
+    /// and empties the heap; the current tick stays.
+    pub(crate) fn clear<L: Links>(&mut self, links: &mut L, mut free: impl FnMut(&mut L, u32)) {
+        for bucket in self.levels.iter_mut().flatten() {
+            let mut index = std::mem::replace(&mut bucket.head, NIL);
+            bucket.queued = false;
+            while index != NIL {
+                let next = links.next(index);
+                free(links, index);
+                index = next;
+            }
+        }
+        while self.heap.len() > 0 {
+            self.heap.pop();
+        }
+    }
+
     /// Entries moved down a level so far.
     pub(crate) fn cascaded(&self) -> u64 {
         self.cascaded

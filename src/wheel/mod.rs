@@ -266,6 +266,44 @@ impl<T> Wheel<T> {
         self.hierarchy.next_deadline()
     }
 
+    /// The key of the timer due first (among timers due at the same tick, the one
+    /// [`poll_expired`](Self::poll_expired) takes first), or `None` if the wheel is empty.
+    /// It looks at the buckets due no later than that timer, so its cost is that of walking
+    /// a few buckets, not of every timer.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let mut wheel = shardwheel::Wheel::new();
+    /// assert_eq!(wheel.peek(), None);
+    /// let early = wheel.insert(1_000, "early");
+    /// wheel.insert(1_010, "late"); // the same bucket of 64 ticks, at the front of its list
+    /// assert_eq!(wheel.peek(), Some(early));
+    /// ```
+    pub fn peek(&self) -> Option<Key> {
+        let index = self.hierarchy.earliest(&self.slab)?;
+        Some(Key::new(index, self.slab.entry(index).generation()))
+    }
+
+    /// Cancels every timer, dropping their values, in O(timers + buckets); the wheel keeps
+    /// its tick and its memory, and every key it issued is stale from now on.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let mut wheel = shardwheel::Wheel::new();
+    /// let key = wheel.insert(10, "a");
+    /// wheel.insert(5_000, "b");
+    /// wheel.clear();
+    /// assert!(wheel.is_empty() && wheel.next_deadline().is_none());
+    /// assert_eq!(wheel.cancel(key), None);
+    /// ```
+    pub fn clear(&mut self) {
+        self.hierarchy.clear(&mut self.slab, |slab, index| {
+            drop(slab.free(index));
+        });
+    }
+
     /// How many times a timer has moved down a level so far, on its way to expire: the
     /// cost a hierarchical wheel pays for long timers (at most one move per level per
     /// timer, and none for timers that are cancelled first or due within the current or the
