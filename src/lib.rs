@@ -129,6 +129,7 @@
 //!   keep-alive timeouts on shardwheel).
 //! - `stream`: `futures_core::Stream` for [`delay_queue::DelayQueue`] and [`Interval`].
 //! - `tokio`: conversions between [`time::Instant`] and tokio's `Instant`.
+//! - `tower`: [`tower::TimeoutLayer`], tower's timeout middleware on the engine.
 //! - `test-util` (for dev-dependencies): [`time`] follows tokio's paused test clock, and
 //!   `time::{pause, resume, advance}` are tokio's.
 //!
@@ -186,6 +187,9 @@ cfg_engine! {
 // `hyper` implies `engine`.
 #[cfg(feature = "hyper")]
 mod hyper_timer;
+// `tower` implies `engine`.
+#[cfg(feature = "tower")]
+pub mod tower;
 
 /// The engine's internals, for the loom models in `loom-tests/` only: built under
 /// `--cfg loom` and never part of the API.
