@@ -129,7 +129,7 @@
 //!   keep-alive timeouts on shardwheel).
 //! - `stream`: `futures_core::Stream` for [`delay_queue::DelayQueue`] and [`Interval`].
 //! - `tokio`: conversions between [`time::Instant`] and tokio's `Instant`.
-//! - `tower`: [`tower::TimeoutLayer`], tower's timeout middleware on the engine.
+//! - `tower`: `tower::TimeoutLayer`, tower's timeout middleware on the engine.
 //! - `test-util` (for dev-dependencies): [`time`] follows tokio's paused test clock, and
 //!   `time::{pause, resume, advance}` are tokio's.
 //!

@@ -11,9 +11,10 @@ use std::time::Duration;
 /// A measurement of a monotonically nondecreasing clock, as tokio's `time::Instant`: the
 /// same methods and operators, and the same values (std's `Instant` inside).
 ///
-/// Differs from tokio's: none, but under feature `test-util` only (tokio's `now()` follows
-/// tokio's paused clock whenever tokio's `test-util` is on; here only when this crate's
-/// `test-util` is, so that a production build never reads tokio's runtime).
+/// Differs from tokio's only in when [`now`](Self::now) follows tokio's paused clock:
+/// tokio's does whenever tokio's `test-util` feature is on, this one when this crate's
+/// `test-util` is (which turns tokio's on), so that a production build never reads tokio's
+/// runtime.
 ///
 /// ```
 /// use shardwheel::time::{Duration, Instant};

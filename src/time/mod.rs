@@ -24,7 +24,7 @@
 //! they move tokio's; one made on real time runs on the engine. Tokio offers no "is the
 //! clock paused?", so the timers read it off tokio's clock (see `paused`); a timer stays on
 //! the timer it was made on. Without the feature nothing of this is built: no tokio
-//! dependency, no clock read beyond the engine's.
+//! dependency, and nothing of tokio's is read.
 //!
 //! ```
 //! use shardwheel::time::{self, Duration, Instant}; // was: use tokio::time::{...};

@@ -90,7 +90,8 @@ pub fn sleep_until(deadline: Instant) -> Sleep {
 }
 
 impl Sleep {
-    /// The instant at which the sleep completes.
+    /// The instant at which the sleep completes. (On the engine, a deadline before the
+    /// engine started reads as its start: the engine counts time from there.)
     ///
     /// ```
     /// use shardwheel::time::{self, Duration, Instant};
