@@ -200,3 +200,19 @@ impl<F: std::fmt::Debug> std::fmt::Debug for Timeout<F> {
             .finish()
     }
 }
+
+#[cfg(all(test, not(feature = "test-util")))]
+mod tests {
+    use std::future::Ready;
+    use std::mem::size_of;
+
+    #[test]
+    fn without_test_util_a_timeout_and_a_sleep_are_the_engines_size() {
+        // The variant for tokio's paused clock holds a type with no value: no room, no tag.
+        assert_eq!(
+            size_of::<super::Timeout<Ready<u64>>>(),
+            size_of::<crate::Timeout<Ready<u64>>>()
+        );
+        assert_eq!(size_of::<crate::time::Sleep>(), size_of::<crate::Sleep>());
+    }
+}
