@@ -16,7 +16,9 @@
 //!
 //! Implementations: `shardwheel::timeout` (on the process-wide `Timer::global()`, default
 //! shards; `Timer::timeout` on a timer the program owns also counts a reference to it per
-//! timeout, which makes `mode=ready` several times dearer), `pingora_timeout::timeout` (registers lazily, rounds to 10 ms, on a global
+//! timeout, which makes `mode=ready` several times dearer), `shardwheel::time::timeout`
+//! (tokio's shape of the same: `shardwheel-time`, which must cost no more),
+//! `pingora_timeout::timeout` (registers lazily, rounds to 10 ms, on a global
 //! timer), tokio's `tokio::time::timeout`, and no timeout at all (the runtime's own cost of
 //! the same tasks: the floor). They take turns over rounds in one process, the first in a
 //! round rotating; a first round warms the allocator and the runtime and is not counted.
@@ -109,6 +111,27 @@ impl Timeouts for Shardwheel {
     }
 }
 
+/// `shardwheel::time::timeout`, tokio's shape of the same timeout (output
+/// `Result<_, Elapsed>`, panics where the engine cannot serve): it must cost no more than
+/// the engine's own.
+struct ShardwheelTime(Shardwheel);
+
+impl Timeouts for ShardwheelTime {
+    const NAME: &'static str = "shardwheel-time";
+
+    fn new() -> Self {
+        ShardwheelTime(Shardwheel::new())
+    }
+
+    async fn timeout<F: Future + Send>(&self, limit: Duration, work: F) -> Option<F::Output> {
+        shardwheel::time::timeout(limit, work).await.ok()
+    }
+
+    fn timers(&self) -> Option<u64> {
+        self.0.timers()
+    }
+}
+
 /// The timers `timer`'s reapers have taken in, once quiet. They count the timers they take
 /// in, and take cancels in within about 10 ms: this waits until every timer taken in has
 /// ended and the count holds still.
@@ -172,17 +195,25 @@ impl Timeouts for NoTimeout {
 #[derive(Clone, Copy, PartialEq)]
 enum Impl {
     Shardwheel,
+    ShardwheelTime,
     Pingora,
     Tokio,
     None,
 }
 
 impl Impl {
-    const ALL: [Impl; 4] = [Impl::Shardwheel, Impl::Pingora, Impl::Tokio, Impl::None];
+    const ALL: [Impl; 5] = [
+        Impl::Shardwheel,
+        Impl::ShardwheelTime,
+        Impl::Pingora,
+        Impl::Tokio,
+        Impl::None,
+    ];
 
     fn name(self) -> &'static str {
         match self {
             Impl::Shardwheel => Shardwheel::NAME,
+            Impl::ShardwheelTime => ShardwheelTime::NAME,
             Impl::Pingora => PingoraTimeout::NAME,
             Impl::Tokio => TokioTimeout::NAME,
             Impl::None => NoTimeout::NAME,
@@ -192,6 +223,7 @@ impl Impl {
     fn round<W: Workload>(self, runtime: &Runtime, workload: W) -> Round<W::Outcome> {
         match self {
             Impl::Shardwheel => round::<Shardwheel, W>(runtime, workload),
+            Impl::ShardwheelTime => round::<ShardwheelTime, W>(runtime, workload),
             Impl::Pingora => round::<PingoraTimeout, W>(runtime, workload),
             Impl::Tokio => round::<TokioTimeout, W>(runtime, workload),
             Impl::None => round::<NoTimeout, W>(runtime, workload),

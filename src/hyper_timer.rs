@@ -63,6 +63,19 @@ impl HyperTimer {
     }
 }
 
+/// [`HyperTimer::global`], as hyper-util's `TokioTimer::default()` is tokio's timer: code
+/// that builds its timer with `Default` switches between the two by its import alone.
+///
+/// ```
+/// let for_hyper = shardwheel::HyperTimer::default();
+/// # drop(for_hyper);
+/// ```
+impl Default for HyperTimer {
+    fn default() -> Self {
+        HyperTimer::global()
+    }
+}
+
 /// A [`Sleep`] as hyper's sleeps are: `()` when it ends, for whatever reason.
 struct HyperSleep(Sleep);
 

@@ -154,7 +154,65 @@ impl Interval {
     /// assert!(interval.poll_tick(&mut cx).is_ready());
     /// ```
     pub fn reset(&mut self) {
-        self.next = clock::instant_after(self.timer.now(), self.period);
+        self.reset_after(self.period);
+    }
+
+    /// Starts the interval again with its next tick at once (as tokio's).
+    ///
+    /// ```
+    /// use std::task::{Context, Waker};
+    /// use std::time::Duration;
+    ///
+    /// let timer = shardwheel::Timer::builder().shards(1).manual().build().unwrap();
+    /// let mut interval = timer.interval(Duration::from_secs(1)).unwrap();
+    /// let mut cx = Context::from_waker(Waker::noop());
+    /// assert!(interval.poll_tick(&mut cx).is_ready()); // the first tick: at once
+    /// assert!(interval.poll_tick(&mut cx).is_pending());
+    /// interval.reset_immediately();
+    /// assert!(interval.poll_tick(&mut cx).is_ready());
+    /// ```
+    pub fn reset_immediately(&mut self) {
+        self.reset_at(self.timer.now());
+    }
+
+    /// Starts the interval again with its next tick `after` from now (as tokio's).
+    ///
+    /// ```
+    /// use std::task::{Context, Waker};
+    /// use std::time::Duration;
+    ///
+    /// let timer = shardwheel::Timer::builder().shards(1).manual().build().unwrap();
+    /// let mut interval = timer.interval(Duration::from_secs(1)).unwrap();
+    /// let mut cx = Context::from_waker(Waker::noop());
+    /// assert!(interval.poll_tick(&mut cx).is_ready()); // the first tick: at once
+    /// interval.reset_after(Duration::from_secs(3));
+    /// timer.advance(Duration::from_secs(2)).unwrap();
+    /// assert!(interval.poll_tick(&mut cx).is_pending());
+    /// timer.advance(Duration::from_secs(1)).unwrap();
+    /// assert!(interval.poll_tick(&mut cx).is_ready());
+    /// ```
+    pub fn reset_after(&mut self, after: Duration) {
+        self.reset_at(clock::instant_after(self.timer.now(), after));
+    }
+
+    /// Starts the interval again with its next tick at `deadline` (by the timer's clock,
+    /// [`Timer::now`]), and the ticks after it a period apart (as tokio's).
+    ///
+    /// ```
+    /// use std::task::{Context, Poll, Waker};
+    /// use std::time::Duration;
+    ///
+    /// let timer = shardwheel::Timer::builder().shards(1).manual().build().unwrap();
+    /// let mut interval = timer.interval(Duration::from_secs(1)).unwrap();
+    /// let mut cx = Context::from_waker(Waker::noop());
+    /// assert!(interval.poll_tick(&mut cx).is_ready()); // the first tick: at once
+    /// let at = timer.now() + Duration::from_millis(300);
+    /// interval.reset_at(at);
+    /// timer.advance(Duration::from_millis(300)).unwrap();
+    /// assert_eq!(interval.poll_tick(&mut cx).map(Result::unwrap), Poll::Ready(at));
+    /// ```
+    pub fn reset_at(&mut self, deadline: impl Into<Instant>) {
+        self.next = deadline.into();
         self.sleep.reset(self.next);
     }
 

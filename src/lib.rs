@@ -71,8 +71,35 @@
 //! before its delay has passed, and at most a few microseconds ahead of it. The futures, the queue and the interval take instants as
 //! `impl Into<Instant>`: std's `Instant`, or tokio's `tokio::time::Instant` (which converts
 //! into std's), with no feature needed. (Under tokio's paused test clock, tokio's instants
-//! are tokio's virtual time, which shardwheel does not follow: a test of code on
-//! shardwheel uses a manual timer and builds its deadlines from `timer.now()`.)
+//! are tokio's virtual time, which the engine's own API does not follow: a test of code on
+//! it uses a manual timer and builds its deadlines from `timer.now()`; code on [`time`]
+//! follows tokio's clock under feature `test-util`.)
+//!
+//! # Switching from tokio: `shardwheel::time`
+//!
+//! [`time`] is tokio's `time` module on the process-wide engine: the same items, signatures
+//! and behaviour (`sleep`, `timeout`, `interval`, their futures, `Instant`,
+//! `error::Elapsed`), so a program switches by changing `use tokio::time` into
+//! `use shardwheel::time`. Where the engine cannot serve (shut down, full) its futures
+//! panic as tokio's do where their driver is gone; the engine's API above gives those
+//! errors as values. With feature `test-util` in dev-dependencies, tokio's paused test
+//! clock (`#[tokio::test(start_paused = true)]`, `time::pause()`, `time::advance`) moves
+//! them as it moves tokio's, so tokio-style tests pass unchanged; tokio's own time test
+//! suites run on it (`tests/time_*.rs`). Each item's docs say where it differs from
+//! tokio's, and why.
+//!
+//! ```
+//! use shardwheel::time::{self, Duration}; // was: use tokio::time::{self, Duration};
+//!
+//! # futures::executor::block_on(async {
+//! let reply = time::timeout(Duration::from_secs(1), async { 7 }).await;
+//! assert_eq!(reply, Ok(7));
+//! let io: std::io::Result<()> = time::timeout(Duration::from_millis(1), std::future::pending())
+//!     .await
+//!     .map_err(Into::into); // `Elapsed` converts into an `io::Error`, as tokio's
+//! assert_eq!(io.unwrap_err().kind(), std::io::ErrorKind::TimedOut);
+//! # });
+//! ```
 //!
 //! # Tests on a manual clock
 //!
@@ -101,13 +128,18 @@
 //! - `hyper`: `HyperTimer`, hyper 1.x's `rt::Timer` on the engine (header-read and
 //!   keep-alive timeouts on shardwheel).
 //! - `stream`: `futures_core::Stream` for [`delay_queue::DelayQueue`] and [`Interval`].
+//! - `tokio`: conversions between [`time::Instant`] and tokio's `Instant`.
+//! - `tower`: `tower::TimeoutLayer`, tower's timeout middleware on the engine.
+//! - `test-util` (for dev-dependencies): [`time`] follows tokio's paused test clock, and
+//!   `time::{pause, resume, advance}` are tokio's.
 //!
 //! The modules, each in its own file: `wheel` (levels, buckets, the bucket heap), `slab`
 //! (entries and generations), `handle` (keys), `timer` (the engine's API), `scheduler`,
 //! `shard` (a shard and its reaper), `slots` (the shared slab of timer slots), `inbox`,
 //! `wakeup` (the park handshake), `sleep`, `timeout`, `global` (the process-wide timer
 //! and a future's handle to its engine), `interval`, `delay_queue`, `hyper_timer`,
-//! `periodic`, `purgatory`, `stats`, `observe` (metrics and tracing), `error`.
+//! `periodic`, `purgatory`, `stats`, `observe` (metrics and tracing), `error`, `time`
+//! (tokio's `time` API on the engine).
 
 /// Items of the engine, built with the `engine` feature (the way tokio's `cfg_rt!` gates
 /// its runtime).
@@ -147,6 +179,7 @@ cfg_engine! {
     mod stage;
     mod stats;
     mod sync;
+    pub mod time;
     mod timeout;
     mod timer;
     mod wakeup;
@@ -154,6 +187,9 @@ cfg_engine! {
 // `hyper` implies `engine`.
 #[cfg(feature = "hyper")]
 mod hyper_timer;
+// `tower` implies `engine`.
+#[cfg(feature = "tower")]
+pub mod tower;
 
 /// The engine's internals, for the loom models in `loom-tests/` only: built under
 /// `--cfg loom` and never part of the API.
