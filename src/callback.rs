@@ -213,7 +213,7 @@ impl Callback {
     }
 
     /// Runs the callback: the closure, or for a sleep's wake-up, wakes its task, as the
-    /// drop of a wake-up does (see [`is_wake_up`](Self::is_wake_up)).
+    /// drop of a wake-up does.
     pub fn run(self) {
         match self.take() {
             // SAFETY: the word was made with this kind, and is used once: `take` forgot

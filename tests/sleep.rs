@@ -216,7 +216,10 @@ fn shutdown_ends_pending_sleeps_with_an_error_and_refuses_new_ones() {
     let (count, waker) = counting();
     let mut sleep = timer.sleep(ms(10));
     assert!(poll(&mut sleep, &waker).is_pending());
-    assert!(timer.shutdown().is_empty(), "a sleep's wake-up is not handed back");
+    assert!(
+        timer.shutdown().is_empty(),
+        "a sleep's wake-up is not handed back"
+    );
     assert_eq!(wakes(&count), 1, "the shutdown woke the task");
     assert_eq!(
         poll(&mut sleep, &waker),

@@ -47,6 +47,10 @@ mod paused;
 mod sleep;
 mod timeout;
 
+/// tokio-util's `time::delay_queue`: [`DelayQueue`], its [`Key`](delay_queue::Key) and
+/// [`Expired`](delay_queue::Expired) values, on the engine.
+pub use crate::delay_queue;
+pub use crate::delay_queue::DelayQueue;
 pub use crate::interval::MissedTickBehavior;
 pub use instant::Instant;
 pub use interval::{Interval, interval, interval_at};
