@@ -8,6 +8,14 @@
 //! times dearer, W7 `mode=ready`). The process-wide timer lives in a `static` and is never
 //! dropped, so its futures hold nothing and count nothing (they find it in its `static`):
 //! `EngineRef::of` tells it (or a clone of it) by its engine's address. Either way the handle is one pointer.
+//!
+//! A `fork()` copies the process with only the calling thread: in the child, no engine
+//! built before it has a reaper. The process-wide timer is rebuilt there at its next use
+//! (a `pthread_atfork` handler forgets it, and counts the fork), on the parent's clock,
+//! so that deadlines already computed mean the same instants; a timer armed before the
+//! fork, on any engine, is recognised by the count (`forks`): a sleep ends with
+//! `SleepError::Shutdown` and a schedule on an engine built before the fork is refused,
+//! rather than either waiting for ever on reapers that do not exist.
 
 use crate::callback::Callback;
 use crate::scheduler::Scheduler;
@@ -15,11 +23,100 @@ use crate::sleep::{Deadline, Sleep};
 use crate::timeout::Timeout;
 use crate::timer::{Engine, Timer};
 use std::future::Future;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-/// The process-wide timer, built at its first use.
-static GLOBAL: OnceLock<Timer> = OnceLock::new();
+/// The process-wide timer, built at its first use (and again in a forked child), leaked:
+/// a `&'static Timer` handed out stays valid for ever. Null until built.
+static GLOBAL: AtomicPtr<Timer> = AtomicPtr::new(std::ptr::null_mut());
+
+/// Forks this process descends from since the first engine was built (counted in each
+/// child by the `pthread_atfork` handler).
+static FORKS: AtomicU32 = AtomicU32::new(0);
+
+/// How many forks the process descends from (see the module doc): an engine, or a timer
+/// armed, under another count belongs to an ancestor, and has no reaper here.
+#[inline]
+pub(crate) fn forks() -> u32 {
+    // Relaxed: the count changes only in a child, before any other thread exists there.
+    FORKS.load(Ordering::Relaxed)
+}
+
+/// The process-wide timer, if built in this process.
+#[inline]
+fn global_if_built() -> Option<&'static Timer> {
+    // Acquire: the timer was built before it was published (`build_global`).
+    let timer = GLOBAL.load(Ordering::Acquire);
+    // SAFETY: a non-null pointer is a leaked `Box<Timer>`, never freed.
+    unsafe { timer.as_ref() }
+}
+
+/// Builds the process-wide timer, on `clock` if the parent's was on it, and publishes it;
+/// a racing build that published first wins, and this one is shut down.
+#[cold]
+#[inline(never)]
+fn build_global() -> &'static Timer {
+    watch_forks();
+    let mut builder = Timer::builder();
+    // SAFETY: a non-null pointer is a leaked box, never freed.
+    if let Some(clock) = unsafe { CLOCK.load(Ordering::Acquire).as_ref() } {
+        builder = builder.on_clock(*clock);
+    }
+    let timer = match builder.build() {
+        Ok(timer) => Box::into_raw(Box::new(timer)),
+        Err(error) => panic!("shardwheel: cannot start the process-wide timer: {error}"),
+    };
+    // SAFETY: just leaked from a box, never freed.
+    let clock = Box::into_raw(Box::new(unsafe { &*timer }.scheduler().clock()));
+    // AcqRel: publishes the clock; the first build's stays (a rebuild is on it already).
+    if CLOCK
+        .compare_exchange(std::ptr::null_mut(), clock, Ordering::AcqRel, Ordering::Acquire)
+        .is_err()
+    {
+        // SAFETY: never published: the only pointer is here.
+        drop(unsafe { Box::from_raw(clock) });
+    }
+    // AcqRel: publishes the timer, and sees a racing one's.
+    match GLOBAL.compare_exchange(std::ptr::null_mut(), timer, Ordering::AcqRel, Ordering::Acquire) {
+        // SAFETY: as above.
+        Ok(_) => unsafe { &*timer },
+        Err(first) => {
+            // SAFETY: this box was never published: the only reference is here.
+            let lost = unsafe { Box::from_raw(timer) };
+            lost.shutdown();
+            // SAFETY: a published timer is leaked, never freed.
+            unsafe { &*first }
+        }
+    }
+}
+
+/// The first process-wide timer's clock, kept for a rebuild in a forked child (no lock: a
+/// lock held by a thread at the fork would stay held in the child for ever). Leaked.
+static CLOCK: AtomicPtr<crate::clock::Clock> = AtomicPtr::new(std::ptr::null_mut());
+
+/// Registers the fork handler, once.
+fn watch_forks() {
+    #[cfg(all(unix, not(miri)))]
+    {
+        static WATCH: std::sync::Once = std::sync::Once::new();
+        WATCH.call_once(|| {
+            // SAFETY: the handler is an `extern "C" fn` that only touches atomics, which
+            // is what a child of a multi-threaded process may do before it execs or
+            // settles (async-signal-safe).
+            unsafe { libc::pthread_atfork(None, None, Some(forked)) };
+        });
+    }
+}
+
+/// In a forked child: forgets the process-wide timer (its reapers stayed in the parent)
+/// and counts the fork.
+#[cfg(all(unix, not(miri)))]
+extern "C" fn forked() {
+    // Relaxed: the child has one thread.
+    GLOBAL.store(std::ptr::null_mut(), Ordering::Relaxed);
+    FORKS.fetch_add(1, Ordering::Relaxed);
+}
 
 /// What a future holds of its engine: a reference that keeps another timer's engine
 /// running, as a clone of the timer would, or nothing for the process-wide timer, which is
@@ -30,7 +127,7 @@ pub(crate) struct EngineRef(Option<Arc<Engine<Callback>>>);
 impl EngineRef {
     #[inline]
     pub(crate) fn of(timer: &Timer) -> Self {
-        match GLOBAL.get() {
+        match global_if_built() {
             // Its clones too: they share its engine.
             Some(global) if Arc::ptr_eq(global.engine(), timer.engine()) => EngineRef(None),
             _ => EngineRef(Some(Arc::clone(timer.engine()))),
@@ -70,6 +167,14 @@ impl Timer {
     /// so they cost less than those of a timer the program owns; the first call costs the
     /// threads' start, later calls one atomic load.
     ///
+    /// After a `fork()`, the child's first call builds it anew (the parent's reapers did
+    /// not come along), counting from the parent's clock: a sleep made before the fork
+    /// and first polled in the child ends at its instant. What was armed before the fork
+    /// does not carry over: a sleep or timeout already polled ends with
+    /// [`SleepError::Shutdown`](crate::SleepError::Shutdown) (or `Ok` if its deadline has
+    /// passed), and a `Timer` built before the fork, this one's old `&'static` among
+    /// them, refuses new timers with [`ScheduleError::Shutdown`](crate::ScheduleError::Shutdown).
+    ///
     /// # Panics
     ///
     /// If the reaper threads cannot be started at the first call (the system refused a
@@ -83,10 +188,7 @@ impl Timer {
     /// assert!(std::ptr::eq(timer, shardwheel::Timer::global()));
     /// ```
     pub fn global() -> &'static Timer {
-        GLOBAL.get_or_init(|| match Timer::builder().build() {
-            Ok(timer) => timer,
-            Err(error) => panic!("shardwheel: cannot start the process-wide timer: {error}"),
-        })
+        global_if_built().unwrap_or_else(build_global)
     }
 }
 

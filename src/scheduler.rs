@@ -30,6 +30,9 @@ pub(crate) struct Scheduler<T: Send + 'static> {
     /// A manual timer's time since its start, moved only by `advance`; `None` for a timer
     /// on the real clock.
     manual_elapsed: Option<Arc<AtomicU64>>,
+    /// The forks the process descended from at the build (see `global`): under another
+    /// count, this engine's reapers stayed in an ancestor.
+    forks: u32,
 }
 
 impl<T: Send + 'static> Clone for Scheduler<T> {
@@ -40,6 +43,7 @@ impl<T: Send + 'static> Clone for Scheduler<T> {
             shards: Arc::clone(&self.shards),
             clock: self.clock,
             manual_elapsed: self.manual_elapsed.clone(),
+            forks: self.forks,
         }
     }
 }
@@ -193,6 +197,7 @@ impl<T: Send + 'static> Scheduler<T> {
             shards,
             clock,
             manual_elapsed,
+            forks: crate::global::forks(),
         }
     }
 
@@ -244,6 +249,10 @@ impl<T: Send + 'static> Scheduler<T> {
         deadline: u64,
         payload: T,
     ) -> Result<TimerHandle, ScheduleError<T>> {
+        if self.forks != crate::global::forks() {
+            // Built before a fork: its reapers stayed in the parent (see `global`).
+            return Err(ScheduleError::Shutdown(payload));
+        }
         let (shard, scheduled) = producer(|producer| {
             let shard = producer.shard(self.shards.len());
             let on = &self.shards[shard];

@@ -32,7 +32,7 @@
 
 use crate::callback::Callback;
 use crate::error::SleepError;
-use crate::global::EngineRef;
+use crate::global::{self, EngineRef};
 use crate::handle::TimerHandle;
 use crate::timer::Timer;
 use std::future::Future;
@@ -45,6 +45,10 @@ struct Armed {
     handle: TimerHandle,
     /// The waker whose clone its slot holds (see `Wakes`).
     waker: Wakes,
+    /// The forks the process descended from when it was armed: in a forked child, its
+    /// engine has no reaper (see `global`), and the handle may name a slot of the
+    /// process-wide timer rebuilt there.
+    forks: u32,
 }
 
 /// Which task a waker wakes: its data pointer's address and its table. A poll whose waker
@@ -182,7 +186,7 @@ impl Sleep {
         let scheduler = self.engine.scheduler();
         let deadline = scheduler.deadline_at(deadline.into());
         self.due = Deadline::At(deadline);
-        if let Some(armed) = &self.armed {
+        if let Some(armed) = self.armed.as_ref().filter(|armed| armed.forks == global::forks()) {
             // A timer that has not fired yet moves; a reset that finds it fired (or firing)
             // fails, and the next poll schedules a new one. A deadline already passed
             // needs no timer: the next poll finds it passed.
@@ -210,17 +214,19 @@ impl Sleep {
     /// ```
     pub fn is_elapsed(&self) -> bool {
         let scheduler = self.engine.scheduler();
-        self.armed
-            .as_ref()
-            .is_none_or(|armed| !scheduler.is_pending(armed.handle))
-            && self.deadline_passed()
+        self.armed.as_ref().is_none_or(|armed| {
+            armed.forks != global::forks() || !scheduler.is_pending(armed.handle)
+        }) && self.deadline_passed()
     }
 
     /// Lets go of the timer: wakes nobody any more, and cancels it if it is pending.
     #[inline]
     fn disarm(&mut self) {
         if let Some(armed) = self.armed.take() {
-            self.let_go(armed);
+            // Armed before a fork: nothing here to cancel (see `listen`).
+            if armed.forks == global::forks() {
+                self.let_go(armed);
+            }
         }
     }
 
@@ -260,6 +266,11 @@ impl Sleep {
     /// new waker if the task's has changed.
     fn listen(&mut self, waker: &Waker) -> Option<Poll<Result<(), SleepError>>> {
         let armed = self.armed.as_ref()?;
+        if armed.forks != global::forks() {
+            // Armed before a fork: its engine is gone here, as if shut down.
+            self.armed = None;
+            return Some(self.outcome());
+        }
         if !self.engine.scheduler().is_pending(armed.handle) {
             return Some(self.outcome());
         }
@@ -306,6 +317,7 @@ impl Future for Sleep {
                 this.armed = Some(Armed {
                     handle,
                     waker: wakes,
+                    forks: global::forks(),
                 });
                 Poll::Pending
             }

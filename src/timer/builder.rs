@@ -43,6 +43,9 @@ pub struct Builder {
     spin: Duration,
     wake_early: bool,
     huge_pages: bool,
+    /// The clock to count from, for a timer that takes over another's deadlines (the
+    /// process-wide timer rebuilt in a forked child); a new one otherwise.
+    clock: Option<Clock>,
 }
 
 impl Default for Builder {
@@ -58,11 +61,19 @@ impl Default for Builder {
             spin: Duration::ZERO,
             wake_early: true,
             huge_pages: true,
+            clock: None,
         }
     }
 }
 
 impl Builder {
+    /// Counts from `clock` rather than from the build: deadlines in its nanoseconds (a
+    /// sleep's made on the timer this one replaces) mean the same instants.
+    pub(crate) fn on_clock(mut self, clock: Clock) -> Self {
+        self.clock = Some(clock);
+        self
+    }
+
     /// Number of shards, each with its own reaper thread: 1 to 65,536. Default: the
     /// available cores.
     ///
@@ -321,7 +332,7 @@ impl Builder {
             return Err(BuildError::ZeroTick);
         }
         let bound = Bound::new(self.max_pending);
-        let clock = Clock::new(self.tick);
+        let clock = self.clock.unwrap_or_else(|| Clock::new(self.tick));
         let cores = if self.pin_threads && !self.manual {
             core_affinity::get_core_ids().unwrap_or_default()
         } else {
