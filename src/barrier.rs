@@ -87,6 +87,20 @@ pub(crate) fn init() {
     });
 }
 
+/// Under loom: the kernel refuses every barrier (see `refuse_under_loom`).
+#[cfg(loom)]
+static REFUSED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Under loom, models the asymmetric pairing with the kernel refusing its barrier: `light`
+/// is a compiler fence (nothing, to loom) and `heavy` fences its own thread alone and says
+/// so. A model then checks that the reaper never takes a stage on an owner word it could
+/// not order (`Stage::settle`). (The pairing with the barrier granted is the kernel's to
+/// keep, which loom cannot model: the litmus test checks it on real threads.)
+#[cfg(loom)]
+pub(crate) fn refuse_under_loom(refused: bool) {
+    REFUSED.store(refused, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// Whether `light` may be a compiler fence: the kernel accepted the registration and has
 /// not refused a `heavy` since.
 #[inline]
@@ -95,7 +109,9 @@ fn asymmetric() -> bool {
     // this core, and `heavy` does not count on it until `GRACE` later.
     #[cfg(all(target_os = "linux", not(loom), not(miri)))]
     return MODE.load(Ordering::Relaxed) == ASYMMETRIC;
-    #[cfg(not(all(target_os = "linux", not(loom), not(miri))))]
+    #[cfg(loom)]
+    return REFUSED.load(std::sync::atomic::Ordering::Relaxed);
+    #[cfg(all(not(loom), not(all(target_os = "linux", not(miri)))))]
     false
 }
 
@@ -126,6 +142,10 @@ pub(crate) fn heavy() -> bool {
     #[cfg(all(test, not(loom)))]
     HEAVY_CALLS.with(|calls| calls.set(calls.get() + 1));
     fence(Ordering::SeqCst);
+    #[cfg(loom)]
+    if REFUSED.load(std::sync::atomic::Ordering::Relaxed) {
+        return false;
+    }
     #[cfg(all(target_os = "linux", not(loom), not(miri)))]
     // Acquire: a fall-back's time, stored before it (`fall_back`).
     match MODE.load(Ordering::Acquire) {

@@ -201,6 +201,16 @@ pub mod loom_api {
     pub use crate::stage::Stage;
 
     use crate::callback::Callback;
+
+    /// Whether `callback` is a sleep's wake-up (see `callback`).
+    pub fn is_wake_up(callback: &Callback) -> bool {
+        callback.is_wake_up()
+    }
+
+    /// Models the kernel refusing the stages' barrier from now on (see `barrier`).
+    pub fn refuse_barriers(refused: bool) {
+        crate::barrier::refuse_under_loom(refused);
+    }
     use std::task::Waker;
 
     /// The wake-up of a sleep whose task `waker` wakes (see `callback`).
