@@ -122,9 +122,9 @@ pub(crate) fn ms(duration: Duration) -> u64 {
 impl WorkerBuilder {
     /// How far ahead of their due time jobs are claimed (default 10 s). Longer absorbs
     /// bigger bursts and Redis hiccups; shorter leaves jobs to other workers longer. On the
-    /// 2-core machine of the README's figures, claiming 500,000 jobs due in one second took
-    /// about 7 s (with 5 s, 350,000 were claimed when the second began and the rest came
-    /// up to 1.4 s late).
+    /// 2-core machine of benches/README.md's figures, claiming 500,000 jobs due in one
+    /// second took about 7 s (with 5 s, 350,000 were claimed when the second began and the
+    /// rest came up to 1.4 s late).
     ///
     /// ```
     /// use std::time::Duration;
