@@ -228,6 +228,11 @@ const PEAK_EVERY: Duration = Duration::from_millis(5);
 /// Operations between two looks at the clock for the rate.
 const PACE_EVERY: u64 = 32;
 
+/// How long one producer thread produces before it exits and a new thread takes its work
+/// over: each exits with timers still staged, which the reaper must collect from the stage
+/// it leaves (and count exactly, `pending` included).
+const THREAD_LIFE: Duration = Duration::from_secs(2);
+
 /// One producer thread's state.
 struct Producer<'a> {
     timer: &'a Timer,
@@ -320,18 +325,36 @@ fn produce(
     let mut i = 0;
     // Relaxed: a flag; the scope's join orders everything after it.
     while !stop.load(Ordering::Relaxed) {
-        if i % PACE_EVERY == 0 {
-            pace(start, i, settings.rate);
-        }
-        producer.shot();
-        i += 1;
-        if i % settings.replace_every == 0 && !live.is_empty() {
-            let at = (producer.random.next() % live.len() as u64) as usize;
-            let old = std::mem::replace(&mut live[at], producer.start_series());
-            old.periodic.cancel();
-            retired.push(old);
-            sweep(&mut retired, &mut totals);
-        }
+        // The work goes on in a new thread for `THREAD_LIFE`, which then exits, leaving its
+        // stage to the reaper.
+        let life_end = Instant::now() + THREAD_LIFE;
+        let mut work = (producer, live, retired, totals, i);
+        work = thread::scope(|s| {
+            s.spawn(move || {
+                let (producer, live, retired, totals, i) = &mut work;
+                while !stop.load(Ordering::Relaxed) {
+                    if *i % PACE_EVERY == 0 {
+                        if Instant::now() >= life_end {
+                            break;
+                        }
+                        pace(start, *i, settings.rate);
+                    }
+                    producer.shot();
+                    *i += 1;
+                    if *i % settings.replace_every == 0 && !live.is_empty() {
+                        let at = (producer.random.next() % live.len() as u64) as usize;
+                        let old = std::mem::replace(&mut live[at], producer.start_series());
+                        old.periodic.cancel();
+                        retired.push(old);
+                        sweep(retired, totals);
+                    }
+                }
+                work
+            })
+            .join()
+            .expect("a producer panicked")
+        });
+        (producer, live, retired, totals, i) = work;
     }
     // The ring's timers are left pending: some fire, the rest are handed back.
     live.append(&mut retired);
