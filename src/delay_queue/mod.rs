@@ -81,28 +81,12 @@ struct Entry<T> {
 /// sleep is a tokio sleep, so auto-advance and `advance` move it, and a value comes out
 /// when tokio's timer fires that sleep for it (tokio's timer rounds a deadline up to its
 /// next millisecond), not merely when the clock passes its deadline: tokio-util's own tests
-/// pass on it unchanged (tests/tokio_util_delay_queue_paused.rs). Whether the clock is
+/// pass on it unchanged (all but one, on when the wheel wakes its task: see below). An hour
+/// in a queue passes at once under `start_paused`. Whether the clock is
 /// paused is read once, when the queue is made, as [`time::sleep`](crate::time::sleep)
 /// reads it; a queue made on real time stays on the engine, and one made
 /// [`with_timer`](Self::with_timer) is on that timer whatever tokio's clock does. Without
 /// the feature nothing of this is built: the queue has one clock and no branch for another.
-///
-/// ```
-/// # #[cfg(feature = "test-util")]
-/// # {
-/// use shardwheel::time::{self, DelayQueue, Duration};
-///
-/// # let mut runtime = tokio::runtime::Builder::new_current_thread();
-/// # runtime.enable_time().start_paused(true).build().unwrap().block_on(async {
-/// // In `#[tokio::test(start_paused = true)]`:
-/// let mut queue = DelayQueue::new();
-/// queue.insert("in an hour", Duration::from_secs(3_600));
-/// let start = std::time::Instant::now();
-/// assert_eq!(queue.next_expired().await.unwrap().into_inner(), "in an hour");
-/// assert!(start.elapsed() < Duration::from_secs(60)); // auto-advance, not an hour
-/// # });
-/// # }
-/// ```
 ///
 /// # Differences from tokio-util's
 ///
@@ -110,6 +94,9 @@ struct Entry<T> {
 ///   `Instant`, which converts), and those giving one give std's.
 /// - A deadline reads back as given ([`deadline`](Self::deadline),
 ///   [`Expired::deadline`]), not rounded to the millisecond.
+/// - Its wheel moves a coarse bucket's values down a level a block of 64 ticks before the
+///   bucket is due, so the task is woken for that at other instants than tokio-util's
+///   (the poll then is `Pending`); values still come out at their deadlines, never early.
 /// - Keys are never renamed: [`compact`](Self::compact) moves no value, and a key of a
 ///   value that is gone names nothing even once its slot is reused (tokio-util's would
 ///   name the new value).
