@@ -127,20 +127,16 @@ impl Alarm {
     /// clock (read only for a deadline that the cheap reading does not put in the future);
     /// on tokio's clock, the tick the queue's sleep last reached (see [`now`](Self::now)).
     fn passed(&self, deadline: u64) -> Option<u64> {
-        match &self.clock {
-            Clock::Engine { timer, .. } => {
-                if deadline > timer.scheduler().deadline_after(Duration::ZERO) {
-                    return None;
-                }
-                let now = timer.scheduler().now();
-                (deadline <= now).then_some(now / TICK_NANOS)
-            }
-            #[cfg(feature = "test-util")]
-            Clock::Tokio(tokio) => {
-                let reached = tokio.reached();
-                (deadline <= reached.saturating_mul(TICK_NANOS)).then_some(reached)
-            }
+        #[cfg(feature = "test-util")]
+        if let Clock::Tokio(tokio) = &self.clock {
+            let reached = tokio.reached();
+            return (deadline <= reached.saturating_mul(TICK_NANOS)).then_some(reached);
         }
+        if deadline > self.after(Duration::ZERO) {
+            return None;
+        }
+        let now = self.clock();
+        (deadline <= now).then_some(now / TICK_NANOS)
     }
 
     /// The instant a stamp stands for.
@@ -188,11 +184,13 @@ impl Alarm {
     pub(super) fn poll(&mut self, tick: u64, cx: &mut Context<'_>) -> Poll<Result<(), SleepError>> {
         let at = self.instant_of(tick.saturating_mul(TICK_NANOS));
         let set = self.armed == Some(tick);
-        self.armed = Some(tick);
         let (timer, sleep) = match &mut self.clock {
             Clock::Engine { timer, sleep } => (timer, sleep),
             #[cfg(feature = "test-util")]
-            Clock::Tokio(tokio) => return tokio.poll(tick, at, set, cx).map(Ok),
+            Clock::Tokio(tokio) => {
+                self.armed = Some(tick);
+                return tokio.poll(tick, at, set, cx).map(Ok);
+            }
         };
         let sleep = match (sleep, set) {
             (Some(sleep), true) => sleep,
@@ -202,6 +200,7 @@ impl Alarm {
             }
             (sleep @ None, _) => sleep.insert(sleep_until(timer, at)),
         };
+        self.armed = Some(tick);
         Pin::new(sleep).poll(cx)
     }
 }
