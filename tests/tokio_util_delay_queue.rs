@@ -15,6 +15,10 @@
 //! each queue is made on (`DelayQueue::new()` -> `DelayQueue::with_timer(&time::timer())`);
 //! `queue.next()` (futures' `StreamExt`) is `queue.next_expired()`, so that the file needs
 //! no `stream` feature. Cases left out say why where they stood.
+//!
+//! tests/tokio_util_delay_queue_paused.rs runs the same cases as written, on tokio's paused
+//! clock, where the queue runs on tokio's timer (feature `test-util`); this file runs them
+//! on the engine's clock and sleep, the path of every queue outside such tests.
 
 #![allow(clippy::disallowed_names)]
 

@@ -5,7 +5,13 @@
 //! The sleep is made in one place, [`sleep_until`], and moved with `Sleep::reset` from then
 //! on: a queue makes one sleep in its life (again after it ran empty), whatever the number
 //! of values that pass through it.
+//!
+//! Under feature `test-util`, a queue made on the process-wide timer while tokio's clock is
+//! paused has tokio's clock and a tokio sleep instead (see `paused`): [`Clock`] has a second
+//! variant. Without the feature it has one, so each `match` on it is no branch at all.
 
+#[cfg(feature = "test-util")]
+use super::paused::TokioClock;
 use crate::error::SleepError;
 use crate::sleep::Sleep;
 use crate::timer::Timer;
@@ -30,29 +36,68 @@ pub(super) type Stamp = NonZeroU64;
 
 /// The queue's clock and its sleep.
 pub(super) struct Alarm {
-    timer: Timer,
-    sleep: Option<Sleep>,
+    clock: Clock,
     /// The tick the sleep is set for, while there is one.
     armed: Option<u64>,
 }
 
+/// Whose clock and sleep the queue has.
+enum Clock {
+    /// The engine's: `timer`'s clock, and a sleep on it.
+    Engine { timer: Timer, sleep: Option<Sleep> },
+    /// tokio's paused clock, and a tokio sleep (see `paused`).
+    #[cfg(feature = "test-util")]
+    Tokio(TokioClock),
+}
+
 impl Alarm {
     pub(super) fn new(timer: &Timer) -> Self {
-        Alarm {
+        Alarm::with(Clock::Engine {
             timer: timer.clone(),
             sleep: None,
-            armed: None,
+        })
+    }
+
+    /// On the process-wide timer, or, under feature `test-util`, on tokio's clock if it is
+    /// paused on this thread (see `paused`).
+    pub(super) fn global() -> Self {
+        #[cfg(feature = "test-util")]
+        if let Some(tokio) = TokioClock::if_paused() {
+            return Alarm::with(Clock::Tokio(tokio));
+        }
+        Alarm::new(Timer::global())
+    }
+
+    fn with(clock: Clock) -> Self {
+        Alarm { clock, armed: None }
+    }
+
+    /// The queue's clock: nanoseconds since it started.
+    pub(super) fn clock(&self) -> u64 {
+        match &self.clock {
+            Clock::Engine { timer, .. } => timer.scheduler().now(),
+            #[cfg(feature = "test-util")]
+            Clock::Tokio(tokio) => tokio.now(),
         }
     }
 
-    /// The timer's clock: nanoseconds since it started.
-    pub(super) fn clock(&self) -> u64 {
-        self.timer.scheduler().now()
+    /// `instant` by the queue's clock (one before it started reads as its start).
+    pub(super) fn at(&self, instant: Instant) -> u64 {
+        match &self.clock {
+            Clock::Engine { timer, .. } => timer.scheduler().deadline_at(instant),
+            #[cfg(feature = "test-util")]
+            Clock::Tokio(tokio) => tokio.at(instant),
+        }
     }
 
-    /// `instant` by the timer's clock (one before it started reads as its start).
-    pub(super) fn at(&self, instant: Instant) -> u64 {
-        self.timer.scheduler().deadline_at(instant)
+    /// `delay` from now by the queue's clock, never before any reading of it so far (on the
+    /// engine, its cheap reading: the time-stamp counter where the engine trusts it).
+    fn after(&self, delay: Duration) -> u64 {
+        match &self.clock {
+            Clock::Engine { timer, .. } => timer.scheduler().deadline_after(delay),
+            #[cfg(feature = "test-util")]
+            Clock::Tokio(tokio) => tokio.after(delay),
+        }
     }
 
     /// A deadline `timeout` from now, as a stamp, and the tick to file it under (see
@@ -64,14 +109,13 @@ impl Alarm {
             return self.file(self.clock());
         }
         // After any reading of the clock so far: in the future.
-        let deadline = self.timer.scheduler().deadline_after(timeout);
+        let deadline = self.after(timeout);
         (Stamp::MIN.saturating_add(deadline), deadline.div_ceil(TICK_NANOS))
     }
 
     /// `deadline` as a stamp, and the tick to file it under: the first at or after it, or,
-    /// if it has passed by the timer's clock, the tick under way, so that it comes out at
-    /// the next poll. The clock is read only for a deadline that the cheap reading does not
-    /// put in the future.
+    /// if it has passed (see [`passed`](Self::passed)), the tick under way, so that it comes
+    /// out at the next poll.
     pub(super) fn file(&self, deadline: u64) -> (Stamp, u64) {
         let tick = self
             .passed(deadline)
@@ -79,9 +123,16 @@ impl Alarm {
         (Stamp::MIN.saturating_add(deadline), tick)
     }
 
-    /// The tick under way, if `deadline` has passed by the timer's clock.
+    /// The tick under way, if `deadline` has passed by the queue's time: on the engine, its
+    /// clock (read only for a deadline that the cheap reading does not put in the future);
+    /// on tokio's clock, the tick the queue's sleep last reached (see [`now`](Self::now)).
     fn passed(&self, deadline: u64) -> Option<u64> {
-        if deadline > self.timer.scheduler().deadline_after(Duration::ZERO) {
+        #[cfg(feature = "test-util")]
+        if let Clock::Tokio(tokio) = &self.clock {
+            let reached = tokio.reached();
+            return (deadline <= reached.saturating_mul(TICK_NANOS)).then_some(reached);
+        }
+        if deadline > self.after(Duration::ZERO) {
             return None;
         }
         let now = self.clock();
@@ -94,12 +145,24 @@ impl Alarm {
     }
 
     fn instant_of(&self, nanos: u64) -> Instant {
-        self.timer.scheduler().clock().instant_of(nanos)
+        match &self.clock {
+            Clock::Engine { timer, .. } => timer.scheduler().clock().instant_of(nanos),
+            #[cfg(feature = "test-util")]
+            Clock::Tokio(tokio) => tokio.instant_of(nanos),
+        }
     }
 
-    /// The tick under way by the timer's clock.
+    /// The tick under way by the queue's time: on the engine, its clock's; on tokio's
+    /// clock, the tick the queue's sleep last reached, as tokio-util's queue counts time by
+    /// its sleep (tokio's timer fires a sleep up to a millisecond after its deadline, and
+    /// auto-advance moves the clock there; values come out when tokio's timer says, as
+    /// tokio-util's, not when the clock passes their deadline).
     pub(super) fn now(&self) -> u64 {
-        self.clock() / TICK_NANOS
+        match &self.clock {
+            Clock::Engine { timer, .. } => timer.scheduler().now() / TICK_NANOS,
+            #[cfg(feature = "test-util")]
+            Clock::Tokio(tokio) => tokio.reached(),
+        }
     }
 
     /// The tick the sleep is set for, if any.
@@ -109,19 +172,33 @@ impl Alarm {
 
     /// Drops the sleep, cancelling its timer.
     pub(super) fn disarm(&mut self) {
-        (self.sleep, self.armed) = (None, None);
+        self.armed = None;
+        match &mut self.clock {
+            Clock::Engine { sleep, .. } => *sleep = None,
+            #[cfg(feature = "test-util")]
+            Clock::Tokio(tokio) => tokio.disarm(),
+        }
     }
 
     /// Polls the sleep, set for tick `tick` (moved there first if it was set elsewhere).
     pub(super) fn poll(&mut self, tick: u64, cx: &mut Context<'_>) -> Poll<Result<(), SleepError>> {
         let at = self.instant_of(tick.saturating_mul(TICK_NANOS));
-        let sleep = match (&mut self.sleep, self.armed == Some(tick)) {
+        let set = self.armed == Some(tick);
+        let (timer, sleep) = match &mut self.clock {
+            Clock::Engine { timer, sleep } => (timer, sleep),
+            #[cfg(feature = "test-util")]
+            Clock::Tokio(tokio) => {
+                self.armed = Some(tick);
+                return tokio.poll(tick, at, set, cx).map(Ok);
+            }
+        };
+        let sleep = match (sleep, set) {
             (Some(sleep), true) => sleep,
             (Some(sleep), false) => {
                 sleep.reset(at);
                 sleep
             }
-            (None, _) => self.sleep.insert(sleep_until(&self.timer, at)),
+            (sleep @ None, _) => sleep.insert(sleep_until(timer, at)),
         };
         self.armed = Some(tick);
         Pin::new(sleep).poll(cx)

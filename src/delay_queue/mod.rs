@@ -4,7 +4,9 @@
 //! The queue owns a bare [`Wheel`] of its values, in ticks of a millisecond of its timer's
 //! clock (a deadline is filed under the first tick at or after it, so nothing comes out
 //! early; one already passed, under the tick under way, so it comes out at the next
-//! poll), and one engine sleep (`alarm`), set for when the wheel's next bucket is due.
+//! poll), and one engine sleep (`alarm`), set for when the wheel's next bucket is due
+//! (under feature `test-util`, for a queue made while tokio's clock is paused, tokio's
+//! clock and a tokio sleep: see `paused`).
 //! Insert, remove and reset are the wheel's O(1) operations on its slab: no engine timer,
 //! no lock and no allocation per value once the slab has room. The task that polls the
 //! queue ([`poll_expired`](DelayQueue::poll_expired)) takes out what the wheel has due by
@@ -20,6 +22,8 @@
 mod alarm;
 mod expired;
 mod manage;
+#[cfg(feature = "test-util")]
+mod paused;
 mod poll;
 
 use crate::Wheel;
@@ -66,12 +70,33 @@ struct Entry<T> {
 /// });
 /// ```
 ///
+/// # Tests on tokio's paused clock
+///
+/// Under feature `test-util` (in dev-dependencies, as tokio's own), a queue made on the
+/// process-wide timer ([`new`](Self::new), [`with_capacity`](Self::with_capacity),
+/// `Default`) while tokio's clock is paused on its thread
+/// (`#[tokio::test(start_paused = true)]`, `tokio::time::pause()`, or shifted from real
+/// time by an earlier pause) follows tokio's clock for its life, as tokio-util's: its
+/// deadlines read [`time::Instant::now`](crate::time::Instant::now) (tokio's clock), its one
+/// sleep is a tokio sleep, so auto-advance and `advance` move it, and a value comes out
+/// when tokio's timer fires that sleep for it (tokio's timer rounds a deadline up to its
+/// next millisecond), not merely when the clock passes its deadline: tokio-util's own tests
+/// pass on it unchanged (all but one, on when the wheel wakes its task: see below). An hour
+/// in a queue passes at once under `start_paused`. Whether the clock is
+/// paused is read once, when the queue is made, as [`time::sleep`](crate::time::sleep)
+/// reads it; a queue made on real time stays on the engine, and one made
+/// [`with_timer`](Self::with_timer) is on that timer whatever tokio's clock does. Without
+/// the feature nothing of this is built: the queue has one clock and no branch for another.
+///
 /// # Differences from tokio-util's
 ///
 /// - The methods taking an instant take `impl Into<std::time::Instant>` (std's, or tokio's
 ///   `Instant`, which converts), and those giving one give std's.
 /// - A deadline reads back as given ([`deadline`](Self::deadline),
 ///   [`Expired::deadline`]), not rounded to the millisecond.
+/// - Its wheel moves a coarse bucket's values down a level a block of 64 ticks before the
+///   bucket is due, so the task is woken for that at other instants than tokio-util's
+///   (the poll then is `Pending`); values still come out at their deadlines, never early.
 /// - Keys are never renamed: [`compact`](Self::compact) moves no value, and a key of a
 ///   value that is gone names nothing even once its slot is reused (tokio-util's would
 ///   name the new value).
@@ -94,7 +119,9 @@ pub struct DelayQueue<T> {
 }
 
 impl<T> DelayQueue<T> {
-    /// An empty queue on the process-wide timer ([`Timer::global`]).
+    /// An empty queue on the process-wide timer ([`Timer::global`]), or, under feature
+    /// `test-util`, on tokio's clock if it is paused on this thread (see
+    /// [Tests on tokio's paused clock](Self#tests-on-tokios-paused-clock)).
     ///
     /// # Panics
     ///
@@ -105,7 +132,7 @@ impl<T> DelayQueue<T> {
     /// assert!(queue.is_empty());
     /// ```
     pub fn new() -> Self {
-        Self::with_timer(Timer::global())
+        Self::with_alarm(Alarm::global())
     }
 
     /// An empty queue with room for `capacity` values, on the process-wide timer.
@@ -139,9 +166,13 @@ impl<T> DelayQueue<T> {
     /// assert_eq!(expired.into_inner(), "tick");
     /// ```
     pub fn with_timer(timer: &Timer) -> Self {
+        Self::with_alarm(Alarm::new(timer))
+    }
+
+    fn with_alarm(alarm: Alarm) -> Self {
         DelayQueue {
             wheel: Wheel::new(),
-            alarm: Alarm::new(timer),
+            alarm,
             waker: None,
             capacity: 0,
         }

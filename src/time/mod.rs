@@ -21,7 +21,8 @@
 //! clock, and a sleep, timeout or interval made while tokio's clock is paused
 //! (`#[tokio::test(start_paused = true)]`, `time::pause()`), or shifted from real time by an
 //! earlier pause, runs on tokio's timer, so auto-advance and `advance` move it exactly as
-//! they move tokio's; one made on real time runs on the engine. Tokio offers no "is the
+//! they move tokio's, and so does a [`DelayQueue`] made then (see its docs); one made on
+//! real time runs on the engine. Tokio offers no "is the
 //! clock paused?", so the timers read it off tokio's clock (see `paused`); a timer stays on
 //! the timer it was made on. Without the feature nothing of this is built: no tokio
 //! dependency, and nothing of tokio's is read.
@@ -43,7 +44,7 @@
 pub mod error;
 mod instant;
 mod interval;
-mod paused;
+pub(crate) mod paused;
 mod sleep;
 mod timeout;
 
