@@ -59,9 +59,18 @@ fn bytes(value: Value) -> Option<Vec<u8>> {
 /// One claimed job as the claim script returns it: id, due ms, token, attempt, payload.
 pub(crate) type ClaimedRow = (String, i64, u64, u32, Vec<u8>);
 
+/// A parsed claim reply.
+pub(crate) struct ClaimReply {
+    /// The server's clock when it ran the claim (Unix ns).
+    pub(crate) server_ns: i128,
+    pub(crate) jobs: Vec<ClaimedRow>,
+    /// Expired leases taken back.
+    pub(crate) reaped: u64,
+}
+
 /// Parses a claim reply: {now ms, {id, due, token, attempt, payload, ...}, reaped, TIME
-/// seconds, TIME microseconds}; returns (server ns, jobs, reaped).
-pub(crate) fn parse_claim(reply: Value) -> Option<(i128, Vec<ClaimedRow>, u64)> {
+/// seconds, TIME microseconds}.
+pub(crate) fn parse_claim(reply: Value) -> Option<ClaimReply> {
     let Value::Array(mut parts) = reply else {
         return None;
     };
@@ -84,7 +93,11 @@ pub(crate) fn parse_claim(reply: Value) -> Option<(i128, Vec<ClaimedRow>, u64)> 
         let payload = bytes(items.next()?)?;
         jobs.push((id, due, token, attempt, payload));
     }
-    Some((server_ns, jobs, reaped))
+    Some(ClaimReply {
+        server_ns,
+        jobs,
+        reaped,
+    })
 }
 
 /// What one claim may take: jobs due within `window_ms`, leased for `lease_ms`, at most
@@ -130,7 +143,7 @@ async fn claim_shard(
     mut conn: Conn,
     shard: u32,
     room: usize,
-) -> Option<(u32, usize, ClaimBase, Vec<ClaimedRow>, u64)> {
+) -> Result<(u32, usize, ClaimBase, ClaimReply), crate::Error> {
     let queue = &shared.queue;
     let config = &shared.config;
     let limits = ClaimLimits {
@@ -142,15 +155,16 @@ async fn claim_shard(
     };
     let invocation = claim_invocation(queue, shard, &limits);
     let sent = Instant::now();
-    let reply: Value = invocation.invoke_async(&mut conn).await.ok()?;
+    let reply: Value = invocation.invoke_async(&mut conn).await?;
     let received = Instant::now();
-    let (server_ns, jobs, reaped) = parse_claim(reply)?;
+    let reply = parse_claim(reply)
+        .ok_or_else(|| crate::Error::Protocol("a claim reply of another shape".into()))?;
     let base = ClaimBase {
-        server_ns,
+        server_ns: reply.server_ns,
         sent,
         received,
     };
-    Some((shard, room, base, jobs, reaped))
+    Ok((shard, room, base, reply))
 }
 
 /// Claims from every shard at once, round after round, until stopped.
@@ -179,19 +193,22 @@ pub(crate) async fn claim_loop(
             // round is placed.
             {
                 let mut clock = shared.lock_clock();
-                for (_, _, base, _, _) in outcomes.iter().flatten() {
+                for (_, _, base, _) in outcomes.iter().flatten() {
                     clock.observe(base.sent, base.received, base.server_ns);
                 }
             }
             for outcome in outcomes {
-                let Some((shard, asked, base, jobs, reaped)) = outcome else {
-                    Counters::add(&counters.errors, 1);
-                    continue;
+                let (shard, asked, base, reply) = match outcome {
+                    Ok(outcome) => outcome,
+                    Err(error) => {
+                        counters.error("claim", &error);
+                        continue;
+                    }
                 };
-                Counters::add(&counters.reaped, reaped);
-                Counters::add(&counters.claimed, jobs.len() as u64);
-                full |= jobs.len() == asked;
-                for row in jobs {
+                Counters::add(&counters.reaped, reply.reaped);
+                Counters::add(&counters.claimed, reply.jobs.len() as u64);
+                full |= reply.jobs.len() == asked;
+                for row in reply.jobs {
                     hold(&shared, &timer, &settle_tx, shard, base, row);
                 }
             }
@@ -234,6 +251,18 @@ fn hold(
             attempt,
         },
     };
+    insert(counters, timer, settle_tx, at, claimed);
+}
+
+/// Puts a claimed job into the local timer to fire at `at`, or gives it back at once if the
+/// timer refuses it (it is shutting down).
+pub(crate) fn insert(
+    counters: &Counters,
+    timer: &Timer<Claimed>,
+    settle_tx: &mpsc::UnboundedSender<Settle>,
+    at: Instant,
+    claimed: Claimed,
+) {
     Counters::add(&counters.held, 1);
     if let Err(refused) = timer.insert_at(at, claimed) {
         Counters::add(&counters.held, 0u64.wrapping_sub(1));

@@ -8,8 +8,8 @@
 //! each under load. It does not wait for more: gathering outcomes for 50 ms made the calls
 //! 20 times fewer in D1 (1,000,000 acks in about 24,000 calls instead of 458,580) but
 //! raised the p99 lateness of its jobs from about 6 ms to 27-36 ms on the 2-core machine,
-//! and did not raise its schedule rate. A failed call is retried once (fenced steps are safe to repeat); after
-//! that the lease is left to expire and the job runs again.
+//! and did not raise its schedule rate. A failed call is retried once (fenced steps are safe
+//! to repeat); after that the lease is left to expire and the job runs again.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -96,8 +96,8 @@ pub(crate) async fn settle_loop(
                                 results = Some(ok);
                                 break;
                             }
-                            Err(_) => {
-                                Counters::add(&counters.errors, 1);
+                            Err(error) => {
+                                counters.error("settle", &error);
                                 tokio::time::sleep(Duration::from_millis(100)).await;
                             }
                         }

@@ -35,7 +35,7 @@ for k = 1, #ids do
   local rec = recs[k]
   local result = 0
   if rec and not seen[id] then
-    local held, at, attempt = string.match(rec, '^(%d+):(%-?%d+):(%d+)$')
+    local held, at, attempt = string.match(rec, '^(%d+):(%-?%d+):(%d+)')
     if held == token then
       seen[id] = true
       settled[#settled + 1] = id
