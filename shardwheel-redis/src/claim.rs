@@ -64,12 +64,15 @@ pub(crate) struct ClaimReply {
     /// The server's clock when it ran the claim (Unix ns).
     pub(crate) server_ns: i128,
     pub(crate) jobs: Vec<ClaimedRow>,
+    /// Claimed entries whose id is not UTF-8 (written by another client): id and token.
+    pub(crate) bad: Vec<(Vec<u8>, u64)>,
     /// Expired leases taken back.
     pub(crate) reaped: u64,
 }
 
 /// Parses a claim reply: {now ms, {id, due, token, attempt, payload, ...}, reaped, TIME
-/// seconds, TIME microseconds}.
+/// seconds, TIME microseconds}. An entry whose id is not UTF-8 is set apart in `bad`, alone:
+/// the rest of the batch is parsed as usual.
 pub(crate) fn parse_claim(reply: Value) -> Option<ClaimReply> {
     let Value::Array(mut parts) = reply else {
         return None;
@@ -84,18 +87,23 @@ pub(crate) fn parse_claim(reply: Value) -> Option<ClaimReply> {
         return None;
     };
     let mut jobs = Vec::with_capacity(flat.len() / 5);
+    let mut bad = Vec::new();
     let mut items = flat.into_iter();
     while let Some(id) = items.next() {
-        let id = String::from_utf8(bytes(id)?).ok()?;
+        let id = bytes(id)?;
         let due = int(&items.next()?)?;
         let token = u64::try_from(int(&items.next()?)?).ok()?;
         let attempt = u32::try_from(int(&items.next()?)?).ok()?;
         let payload = bytes(items.next()?)?;
-        jobs.push((id, due, token, attempt, payload));
+        match String::from_utf8(id) {
+            Ok(id) => jobs.push((id, due, token, attempt, payload)),
+            Err(not_utf8) => bad.push((not_utf8.into_bytes(), token)),
+        }
     }
     Some(ClaimReply {
         server_ns,
         jobs,
+        bad,
         reaped,
     })
 }
@@ -207,9 +215,12 @@ pub(crate) async fn claim_loop(
                 };
                 Counters::add(&counters.reaped, reply.reaped);
                 Counters::add(&counters.claimed, reply.jobs.len() as u64);
-                full |= reply.jobs.len() == asked;
+                full |= reply.jobs.len() + reply.bad.len() == asked;
                 for row in reply.jobs {
                     hold(&shared, &timer, &settle_tx, shard, base, row);
+                }
+                for (id, token) in reply.bad {
+                    bury(&shared, &settle_tx, shard, id, token);
                 }
             }
         }
@@ -221,6 +232,29 @@ pub(crate) async fn claim_loop(
             }
         }
     }
+}
+
+/// Sends a claimed entry whose id is not UTF-8 (no handler could be given it) to the
+/// dead-letter set at once, fenced by its claim's token like any settle, and reports it.
+fn bury(
+    shared: &Shared,
+    settle_tx: &mpsc::UnboundedSender<Settle>,
+    shard: u32,
+    id: Vec<u8>,
+    token: u64,
+) {
+    tracing::error!(
+        queue = shared.queue.name(),
+        shard,
+        id = %String::from_utf8_lossy(&id),
+        "shardwheel-redis worker: a job id is not UTF-8; the job goes to the dead-letter set"
+    );
+    let _ = settle_tx.send(Settle {
+        shard,
+        id,
+        token,
+        action: Action::Bury,
+    });
 }
 
 /// Puts one claimed job into the local timer at the instant its due time comes by the
@@ -269,7 +303,7 @@ pub(crate) fn insert(
         let claimed = refused.into_inner();
         let _ = settle_tx.send(Settle {
             shard: claimed.shard,
-            id: claimed.job.id,
+            id: claimed.job.id.into_bytes(),
             token: claimed.token,
             action: Action::Release,
         });

@@ -115,9 +115,9 @@ impl<F> Dispatch<F> {
             ));
         }
         let (shard, token, id) = (claimed.shard, claimed.token, claimed.job.id.clone());
-        let settle = move |id, action| Settle {
+        let settle = move |id: String, action| Settle {
             shard,
-            id,
+            id: id.into_bytes(),
             token,
             action,
         };

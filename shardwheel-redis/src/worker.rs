@@ -456,7 +456,7 @@ impl Worker {
             for claimed in unfired {
                 let _ = tasks.settle_tx.send(Settle {
                     shard: claimed.shard,
-                    id: claimed.job.id,
+                    id: claimed.job.id.into_bytes(),
                     token: claimed.token,
                     action: Action::Release,
                 });

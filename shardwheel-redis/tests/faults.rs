@@ -1,0 +1,111 @@
+//! Bad data, against a real server: an entry the worker cannot parse is dead-lettered alone
+//! (with a `tracing` event) while its batch runs.
+
+mod support;
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use shardwheel_redis::{Counts, Job, Queue, When, Worker};
+
+/// Runs handed to the handler: id -> attempts seen.
+type Seen = Arc<Mutex<HashMap<String, Vec<u32>>>>;
+
+fn recording() -> (
+    Seen,
+    impl Fn(Job) -> std::future::Ready<Result<(), ()>> + Send + Sync,
+) {
+    let seen: Seen = Arc::default();
+    let record = Arc::clone(&seen);
+    (seen, move |job: Job| {
+        let mut seen = record.lock().unwrap();
+        seen.entry(job.id).or_default().push(job.attempt);
+        std::future::ready(Ok(()))
+    })
+}
+
+/// Everything the process's `tracing` events printed (a subscriber installed once).
+fn events() -> Arc<Mutex<Vec<u8>>> {
+    static EVENTS: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
+    Arc::clone(EVENTS.get_or_init(|| {
+        let events: Arc<Mutex<Vec<u8>>> = Arc::default();
+        let sink = Arc::clone(&events);
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || Sink(Arc::clone(&sink)))
+            .finish();
+        tracing::subscriber::set_global_default(subscriber).unwrap();
+        events
+    }))
+}
+
+struct Sink(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Sink {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_id_that_is_not_utf8_is_dead_lettered_alone_and_its_batch_runs() {
+    let events = events();
+    let server = support::Server::start();
+    let mut conn = server.sync_conn();
+    // One shard: the bad entry and the 50 jobs come in one claim.
+    let url = server.url();
+    let queue = Queue::builder("bad").shards(1).connect(&url).await.unwrap();
+    let ids: Vec<String> = (0..50).map(|i| format!("good-{i}")).collect();
+    let jobs = ids
+        .iter()
+        .map(|id| (id.as_str(), When::After(Duration::from_secs(1)), &b""[..]));
+    support::schedule_new(&queue, jobs).await;
+    // Another client writes an id that is not UTF-8, due with them.
+    let bad: &[u8] = b"bad-\xff\xfe-id";
+    let due = support::server_ms(&mut conn) + 1000;
+    let _: i64 = redis::cmd("ZADD")
+        .arg("{bad:0}:due")
+        .arg(due)
+        .arg(bad)
+        .query(&mut conn)
+        .unwrap();
+    let (seen, handler) = recording();
+    let worker = Worker::builder().start(queue.clone(), handler).unwrap();
+    let dead = Counts {
+        pending: 0,
+        claimed: 0,
+        dead: 1,
+    };
+    support::until("the batch run and the bad entry dead", async || {
+        queue.counts().await.unwrap() == dead
+    })
+    .await;
+    let stats = worker.stop().await;
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), 50);
+    assert!(
+        seen.values().all(|attempts| attempts == &[1]),
+        "a job of the batch ran late, after its lease: {seen:?}"
+    );
+    assert_eq!((stats.dead_lettered, stats.reaped, stats.early), (1, 0, 0));
+    let score: Option<f64> = redis::cmd("ZSCORE")
+        .arg("{bad:0}:dead")
+        .arg(bad)
+        .query(&mut conn)
+        .unwrap();
+    assert!(
+        score.is_some(),
+        "the bad entry is not in the dead-letter set"
+    );
+    let printed = String::from_utf8_lossy(&events.lock().unwrap()).into_owned();
+    assert!(
+        printed.contains("not UTF-8") && printed.contains("bad-\u{fffd}\u{fffd}-id"),
+        "no event names the bad entry: {printed}"
+    );
+}
