@@ -118,18 +118,13 @@ pub fn durable(config: &Config) -> Result<(Vec<String>, bool), String> {
     Ok(lines)
 }
 
-/// Connects, retrying for a few seconds while a server just started comes up.
+/// Connects, waiting up to 5 s for a server just started to come up.
 async fn connect(url: &str, name: &str) -> Result<Queue, String> {
-    let start = Instant::now();
-    loop {
-        match Queue::connect(url, name).await {
-            Ok(queue) => return Ok(queue),
-            Err(error) if start.elapsed() > Duration::from_secs(5) => {
-                return Err(format!("cannot reach Redis at {url}: {error}"));
-            }
-            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
-        }
-    }
+    Queue::builder(name)
+        .connect_timeout(Duration::from_secs(5))
+        .connect(url)
+        .await
+        .map_err(|error| format!("cannot reach Redis at {url}: {error}"))
 }
 
 async fn run(config: &Config, url: &str, local: bool) -> Result<(Vec<String>, bool), String> {

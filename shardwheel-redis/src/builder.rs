@@ -1,5 +1,6 @@
-//! The options of a queue handle and its connection: to one server or a cluster, then
-//! checking (or recording) the queue's layout.
+//! The options of a queue handle and its connection: to one server or a cluster, waiting up
+//! to a connect timeout for a server that is starting (see `conn::until_up`), then checking
+//! (or recording) the queue's layout.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -7,7 +8,7 @@ use std::time::Duration;
 use redis::aio::ConnectionManagerConfig;
 use redis::cluster::ClusterClient;
 
-use crate::conn::Conn;
+use crate::conn::{Conn, until_up};
 use crate::error::Error;
 use crate::keys::ShardKeys;
 use crate::queue::{Inner, Queue};
@@ -28,6 +29,7 @@ pub struct QueueBuilder {
     shards: u32,
     buckets: u32,
     response_timeout: Duration,
+    connect_timeout: Duration,
 }
 
 impl QueueBuilder {
@@ -37,6 +39,7 @@ impl QueueBuilder {
             shards: 16,
             buckets: 1024,
             response_timeout: Duration::from_secs(10),
+            connect_timeout: Duration::from_secs(10),
         }
     }
 
@@ -63,7 +66,9 @@ impl QueueBuilder {
         self
     }
 
-    /// How long to wait for a reply from Redis (default 10 s).
+    /// How long to wait for a reply from Redis (default 10 s), replies that say the server did
+    /// not run the command and will later (`LOADING`, `TRYAGAIN`, `CLUSTERDOWN`,
+    /// `MASTERDOWN`) included: the command is sent again until this time has passed.
     ///
     /// ```
     /// use std::time::Duration;
@@ -71,6 +76,21 @@ impl QueueBuilder {
     /// ```
     pub fn response_timeout(mut self, timeout: Duration) -> Self {
         self.response_timeout = timeout;
+        self
+    }
+
+    /// How long [`connect`](Self::connect) waits for the server (default 10 s): a refused
+    /// connection, a missing unix socket and a server still loading its data are tried again
+    /// until then; other errors (an unknown host, a database index out of range, a refused
+    /// password) end it at once. Either way the error is [`Error::Connect`], naming the
+    /// address and the last error.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let builder = shardwheel_redis::Queue::builder("emails").connect_timeout(Duration::from_secs(1));
+    /// ```
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
         self
     }
 
@@ -86,9 +106,9 @@ impl QueueBuilder {
                 "shards and buckets must be at least 1",
             ));
         }
-        if self.response_timeout.is_zero() {
+        if self.response_timeout.is_zero() || self.connect_timeout.is_zero() {
             return Err(Error::InvalidConfig(
-                "the response timeout must not be zero",
+                "the response and connect timeouts must not be zero",
             ));
         }
         Ok(())
@@ -106,17 +126,27 @@ impl QueueBuilder {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidName`] / [`Error::InvalidConfig`] for bad options,
-    /// [`Error::LayoutMismatch`] if the queue exists with other counts, [`Error::Redis`] if
-    /// the server cannot be reached.
+    /// [`Error::InvalidName`] / [`Error::InvalidConfig`] for bad options (an unparsable url:
+    /// [`Error::Redis`]), [`Error::LayoutMismatch`] if the queue exists with other counts,
+    /// [`Error::Connect`] if the server cannot be reached within the connect timeout.
     pub async fn connect(self, url: &str) -> Result<Queue, Error> {
         self.check()?;
         let client = redis::Client::open(url)?;
+        // The connect timeout bounds each connection; `until_up` retries, so the manager does
+        // not (it still reconnects, once per failed request, after a connection is lost).
         let config = ConnectionManagerConfig::new()
             .set_response_timeout(Some(self.response_timeout))
-            .set_connection_timeout(Some(self.response_timeout));
-        let conn = client.get_connection_manager_with_config(config).await?;
-        self.finish(Conn::Single(conn), client).await
+            .set_connection_timeout(Some(self.connect_timeout))
+            .set_number_of_retries(0);
+        let address = client.get_connection_info().addr().to_string();
+        until_up(&address, self.connect_timeout, async || {
+            let conn = client
+                .get_connection_manager_with_config(config.clone())
+                .await?;
+            let conn = Conn::single(conn, self.response_timeout);
+            self.clone().finish(conn, client.clone()).await
+        })
+        .await
     }
 
     /// Connects to a Redis Cluster through any of its nodes (`redis://host:port` each).
@@ -135,12 +165,16 @@ impl QueueBuilder {
         self.check()?;
         let client = ClusterClient::builder(nodes.iter().copied())
             .response_timeout(self.response_timeout)
-            .connection_timeout(self.response_timeout)
+            .connection_timeout(self.connect_timeout)
             .build()?;
-        let conn = client.get_async_connection().await?;
         // A cluster carries PUBLISH to every node: any node serves the wake-up hints.
         let hints = redis::Client::open(nodes.first().copied().unwrap_or_default())?;
-        self.finish(Conn::Cluster(conn), hints).await
+        until_up(&nodes.join(","), self.connect_timeout, async || {
+            let conn = client.get_async_connection().await?;
+            let conn = Conn::cluster(conn, self.response_timeout);
+            self.clone().finish(conn, hints.clone()).await
+        })
+        .await
     }
 
     /// Records the layout in `{name}:meta` if the queue is new, or checks it; `hints` is

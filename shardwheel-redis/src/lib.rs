@@ -86,7 +86,7 @@
 //! and connection), `job` (its values), `worker` (the handler's side), `claim`, `clock`
 //! (bounds on the server's clock), `dispatch` (running handlers), `start` (the fenced start),
 //! `lease` (extension while a handler runs), `hint` (wake-up hints), `settle`, `stats`,
-//! `error`, `conn`.
+//! `error`, `conn` (one connection type, and waiting for a server that is not ready).
 
 mod builder;
 mod claim;
