@@ -194,7 +194,7 @@ async fn run(config: &Config, url: &str, local: bool) -> Result<(Vec<String>, bo
         .load(Relaxed)
         .saturating_sub(tally.first_run_us.load(Relaxed));
     lines.push(format!(
-        "scheduled {n} in {:.2} s ({:.0} a second), {cancelled} cancelled while pending",
+        "scheduled {n} in {:.2} s ({:.0} a second), {cancelled} cancelled before their start",
         scheduling.as_secs_f64(),
         n as f64 / scheduling.as_secs_f64().max(1e-9),
     ));
@@ -250,7 +250,8 @@ async fn produce(
                     .cancel(id)
                     .await
                     .map_err(|e| format!("cancel failed: {e}"))?;
-                if found == Cancelled::Pending {
+                // Pending or claimed and not started: it must never run.
+                if matches!(found, Cancelled::Pending | Cancelled::Claimed) {
                     tally.cancelled[index].store(1, Relaxed);
                     cancelled += 1;
                 }
@@ -277,7 +278,7 @@ fn ran(tally: &Tally) -> usize {
         .count()
 }
 
-/// (lost, run twice, run although cancelled while pending).
+/// (lost, run twice, run although cancelled before its start).
 fn check(tally: &Tally) -> (usize, usize, usize) {
     let mut counts = (0, 0, 0);
     for (runs, cancelled) in tally.runs.iter().zip(&tally.cancelled) {
