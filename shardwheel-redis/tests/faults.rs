@@ -4,28 +4,12 @@
 
 mod support;
 
-use std::collections::HashMap;
 use std::io::Write;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use shardwheel_redis::{Counts, Error, Job, Queue, When, Worker};
-
-/// Runs handed to the handler: id -> attempts seen.
-type Seen = Arc<Mutex<HashMap<String, Vec<u32>>>>;
-
-fn recording() -> (
-    Seen,
-    impl Fn(Job) -> std::future::Ready<Result<(), ()>> + Send + Sync,
-) {
-    let seen: Seen = Arc::default();
-    let record = Arc::clone(&seen);
-    (seen, move |job: Job| {
-        let mut seen = record.lock().unwrap();
-        seen.entry(job.id).or_default().push(job.attempt);
-        std::future::ready(Ok(()))
-    })
-}
+use shardwheel_redis::{Counts, Error, Queue, When, Worker};
+use support::recording;
 
 /// Everything the process's `tracing` events printed (a subscriber installed once).
 fn events() -> Arc<Mutex<Vec<u8>>> {

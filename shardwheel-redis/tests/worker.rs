@@ -9,30 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use shardwheel_redis::{Cancelled, Counts, Job, Queue, When, Worker};
-
-/// Runs handed to the handler: id -> attempts seen.
-type Seen = Arc<Mutex<HashMap<String, Vec<u32>>>>;
-
-fn recording() -> (
-    Seen,
-    impl Fn(Job) -> std::future::Ready<Result<(), ()>> + Send + Sync,
-) {
-    let seen: Seen = Arc::default();
-    let record = Arc::clone(&seen);
-    (seen, move |job: Job| {
-        note(&record, job);
-        std::future::ready(Ok(()))
-    })
-}
-
-/// Records a run of `job`.
-fn note(seen: &Seen, job: Job) {
-    seen.lock()
-        .unwrap()
-        .entry(job.id)
-        .or_default()
-        .push(job.attempt);
-}
+use support::{Seen, note, recording};
 
 async fn empty(queue: &Queue) -> bool {
     queue.counts().await.unwrap() == Counts::default()

@@ -372,6 +372,31 @@ impl Drop for WorkerProcess {
     }
 }
 
+/// Runs handed to a recording handler: id -> attempts seen.
+pub type Seen = std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, Vec<u32>>>>;
+
+/// A handler that records each run (and acks it), and what it recorded.
+pub fn recording() -> (
+    Seen,
+    impl Fn(shardwheel_redis::Job) -> std::future::Ready<Result<(), ()>> + Send + Sync,
+) {
+    let seen: Seen = std::sync::Arc::default();
+    let record = std::sync::Arc::clone(&seen);
+    (seen, move |job| {
+        note(&record, job);
+        std::future::ready(Ok(()))
+    })
+}
+
+/// Records a run of `job`.
+pub fn note(seen: &Seen, job: shardwheel_redis::Job) {
+    seen.lock()
+        .unwrap()
+        .entry(job.id)
+        .or_default()
+        .push(job.attempt);
+}
+
 /// The server's clock in Unix ms.
 pub fn server_ms(conn: &mut redis::Connection) -> u64 {
     let (secs, micros): (u64, u64) = redis::cmd("TIME").query(conn).unwrap();
