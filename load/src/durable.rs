@@ -118,18 +118,13 @@ pub fn durable(config: &Config) -> Result<(Vec<String>, bool), String> {
     Ok(lines)
 }
 
-/// Connects, retrying for a few seconds while a server just started comes up.
+/// Connects, waiting up to 5 s for a server just started to come up.
 async fn connect(url: &str, name: &str) -> Result<Queue, String> {
-    let start = Instant::now();
-    loop {
-        match Queue::connect(url, name).await {
-            Ok(queue) => return Ok(queue),
-            Err(error) if start.elapsed() > Duration::from_secs(5) => {
-                return Err(format!("cannot reach Redis at {url}: {error}"));
-            }
-            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
-        }
-    }
+    Queue::builder(name)
+        .connect_timeout(Duration::from_secs(5))
+        .connect(url)
+        .await
+        .map_err(|error| format!("cannot reach Redis at {url}: {error}"))
 }
 
 async fn run(config: &Config, url: &str, local: bool) -> Result<(Vec<String>, bool), String> {
@@ -199,7 +194,7 @@ async fn run(config: &Config, url: &str, local: bool) -> Result<(Vec<String>, bo
         .load(Relaxed)
         .saturating_sub(tally.first_run_us.load(Relaxed));
     lines.push(format!(
-        "scheduled {n} in {:.2} s ({:.0} a second), {cancelled} cancelled while pending",
+        "scheduled {n} in {:.2} s ({:.0} a second), {cancelled} cancelled before their start",
         scheduling.as_secs_f64(),
         n as f64 / scheduling.as_secs_f64().max(1e-9),
     ));
@@ -255,7 +250,8 @@ async fn produce(
                     .cancel(id)
                     .await
                     .map_err(|e| format!("cancel failed: {e}"))?;
-                if found == Cancelled::Pending {
+                // Pending or claimed and not started: it must never run.
+                if matches!(found, Cancelled::Pending | Cancelled::Claimed) {
                     tally.cancelled[index].store(1, Relaxed);
                     cancelled += 1;
                 }
@@ -282,7 +278,7 @@ fn ran(tally: &Tally) -> usize {
         .count()
 }
 
-/// (lost, run twice, run although cancelled while pending).
+/// (lost, run twice, run although cancelled before its start).
 fn check(tally: &Tally) -> (usize, usize, usize) {
     let mut counts = (0, 0, 0);
     for (runs, cancelled) in tally.runs.iter().zip(&tally.cancelled) {

@@ -1,6 +1,7 @@
 //! The durable workloads D1-D3 of `benches/README.md` (at the top of the repository), for
 //! shardwheel-redis and, in the same run and against the same kind of server, the naive
-//! poller (ZRANGEBYSCORE due <= now LIMIT 1000, then ZREM, every 100 ms).
+//! poller (ZRANGEBYSCORE due <= now LIMIT 1000, then ZREM, every 100 ms) and the script
+//! poller (the same in one atomic Lua script).
 //!
 //! Each workload gets a fresh `redis-server` (unix socket, AOF, `appendfsync always`) from
 //! the tests' fixture. Producers and workers are tasks in this process on a 2-thread tokio
@@ -8,7 +9,8 @@
 //! and a delivery's lateness is `SystemTime::now()` at the handler's start minus the job's
 //! due time (an early start would be negative and is counted in `early`).
 //!
-//! `DURABLE_ONLY=D2` (or `D1`, `D3`, and `shardwheel-redis` or `naive-poller`) picks
+//! `DURABLE_ONLY=D2` (or `D1`, `D3`, and `shardwheel-redis`, `naive-poller` or
+//! `script-poller`) picks
 //! workloads and implementations; `DURABLE_WINDOW_MS` sets the workers' claim window
 //! (default: the crate's, 10 s). `DURABLE_SCALE=0.1` runs a tenth of the jobs (and D1 over
 //! a tenth of its 60 s span, at least 6 s) for a quick check; the figures to report come
@@ -22,7 +24,7 @@ mod support;
 #[path = "durable_parts/baselines.rs"]
 mod baselines;
 
-use baselines::{floor, naive_poller, produce_naive};
+use baselines::{floor, poller, produce_naive};
 use std::future::Future;
 
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
@@ -386,16 +388,16 @@ fn deliveries(tally: &Tally) -> String {
     )
 }
 
-/// The implementations to run: both, unless `DURABLE_ONLY` names one (quick checks).
+/// The implementations to run: all, unless `DURABLE_ONLY` names some (quick checks).
 fn implementations() -> Vec<&'static str> {
     let only = std::env::var("DURABLE_ONLY").unwrap_or_default();
-    ["shardwheel-redis", "naive-poller"]
+    ["shardwheel-redis", "naive-poller", "script-poller"]
         .into_iter()
         .filter(|name| !only.contains("-") || only.contains(name))
         .collect()
 }
 
-/// What delivers the jobs: shardwheel-redis's workers or the naive pollers.
+/// What delivers the jobs: shardwheel-redis's workers or the pollers.
 enum Consumers {
     Workers(Vec<Worker>),
     Pollers(Arc<AtomicU64>, Vec<tokio::task::JoinHandle<()>>),
@@ -410,9 +412,10 @@ impl Consumers {
         let stop = Arc::new(AtomicU64::new(0));
         let pollers = (0..WORKERS)
             .map(|_| {
-                tokio::spawn(naive_poller(
+                tokio::spawn(poller(
                     server.url(),
                     queue.to_owned(),
+                    name == "script-poller",
                     Arc::clone(tally),
                     Arc::clone(&stop),
                 ))

@@ -59,9 +59,21 @@ fn bytes(value: Value) -> Option<Vec<u8>> {
 /// One claimed job as the claim script returns it: id, due ms, token, attempt, payload.
 pub(crate) type ClaimedRow = (String, i64, u64, u32, Vec<u8>);
 
+/// A parsed claim reply.
+pub(crate) struct ClaimReply {
+    /// The server's clock when it ran the claim (Unix ns).
+    pub(crate) server_ns: i128,
+    pub(crate) jobs: Vec<ClaimedRow>,
+    /// Claimed entries whose id is not UTF-8 (written by another client): id and token.
+    pub(crate) bad: Vec<(Vec<u8>, u64)>,
+    /// Expired leases taken back.
+    pub(crate) reaped: u64,
+}
+
 /// Parses a claim reply: {now ms, {id, due, token, attempt, payload, ...}, reaped, TIME
-/// seconds, TIME microseconds}; returns (server ns, jobs, reaped).
-pub(crate) fn parse_claim(reply: Value) -> Option<(i128, Vec<ClaimedRow>, u64)> {
+/// seconds, TIME microseconds}. An entry whose id is not UTF-8 is set apart in `bad`, alone:
+/// the rest of the batch is parsed as usual.
+pub(crate) fn parse_claim(reply: Value) -> Option<ClaimReply> {
     let Value::Array(mut parts) = reply else {
         return None;
     };
@@ -75,16 +87,25 @@ pub(crate) fn parse_claim(reply: Value) -> Option<(i128, Vec<ClaimedRow>, u64)> 
         return None;
     };
     let mut jobs = Vec::with_capacity(flat.len() / 5);
+    let mut bad = Vec::new();
     let mut items = flat.into_iter();
     while let Some(id) = items.next() {
-        let id = String::from_utf8(bytes(id)?).ok()?;
+        let id = bytes(id)?;
         let due = int(&items.next()?)?;
         let token = u64::try_from(int(&items.next()?)?).ok()?;
         let attempt = u32::try_from(int(&items.next()?)?).ok()?;
         let payload = bytes(items.next()?)?;
-        jobs.push((id, due, token, attempt, payload));
+        match String::from_utf8(id) {
+            Ok(id) => jobs.push((id, due, token, attempt, payload)),
+            Err(not_utf8) => bad.push((not_utf8.into_bytes(), token)),
+        }
     }
-    Some((server_ns, jobs, reaped))
+    Some(ClaimReply {
+        server_ns,
+        jobs,
+        bad,
+        reaped,
+    })
 }
 
 /// What one claim may take: jobs due within `window_ms`, leased for `lease_ms`, at most
@@ -130,7 +151,7 @@ async fn claim_shard(
     mut conn: Conn,
     shard: u32,
     room: usize,
-) -> Option<(u32, usize, ClaimBase, Vec<ClaimedRow>, u64)> {
+) -> Result<(u32, usize, ClaimBase, ClaimReply), crate::Error> {
     let queue = &shared.queue;
     let config = &shared.config;
     let limits = ClaimLimits {
@@ -142,15 +163,16 @@ async fn claim_shard(
     };
     let invocation = claim_invocation(queue, shard, &limits);
     let sent = Instant::now();
-    let reply: Value = invocation.invoke_async(&mut conn).await.ok()?;
+    let reply: Value = invocation.invoke_async(&mut conn).await?;
     let received = Instant::now();
-    let (server_ns, jobs, reaped) = parse_claim(reply)?;
+    let reply = parse_claim(reply)
+        .ok_or_else(|| crate::Error::Protocol("a claim reply of another shape".into()))?;
     let base = ClaimBase {
-        server_ns,
+        server_ns: reply.server_ns,
         sent,
         received,
     };
-    Some((shard, room, base, jobs, reaped))
+    Ok((shard, room, base, reply))
 }
 
 /// Claims from every shard at once, round after round, until stopped.
@@ -179,20 +201,26 @@ pub(crate) async fn claim_loop(
             // round is placed.
             {
                 let mut clock = shared.lock_clock();
-                for (_, _, base, _, _) in outcomes.iter().flatten() {
+                for (_, _, base, _) in outcomes.iter().flatten() {
                     clock.observe(base.sent, base.received, base.server_ns);
                 }
             }
             for outcome in outcomes {
-                let Some((shard, asked, base, jobs, reaped)) = outcome else {
-                    Counters::add(&counters.errors, 1);
-                    continue;
+                let (shard, asked, base, reply) = match outcome {
+                    Ok(outcome) => outcome,
+                    Err(error) => {
+                        counters.error("claim", &error);
+                        continue;
+                    }
                 };
-                Counters::add(&counters.reaped, reaped);
-                Counters::add(&counters.claimed, jobs.len() as u64);
-                full |= jobs.len() == asked;
-                for row in jobs {
+                Counters::add(&counters.reaped, reply.reaped);
+                Counters::add(&counters.claimed, reply.jobs.len() as u64);
+                full |= reply.jobs.len() + reply.bad.len() == asked;
+                for row in reply.jobs {
                     hold(&shared, &timer, &settle_tx, shard, base, row);
+                }
+                for (id, token) in reply.bad {
+                    bury(&shared, &settle_tx, shard, id, token);
                 }
             }
         }
@@ -204,6 +232,29 @@ pub(crate) async fn claim_loop(
             }
         }
     }
+}
+
+/// Sends a claimed entry whose id is not UTF-8 (no handler could be given it) to the
+/// dead-letter set at once, fenced by its claim's token like any settle, and reports it.
+fn bury(
+    shared: &Shared,
+    settle_tx: &mpsc::UnboundedSender<Settle>,
+    shard: u32,
+    id: Vec<u8>,
+    token: u64,
+) {
+    tracing::error!(
+        queue = shared.queue.name(),
+        shard,
+        id = %String::from_utf8_lossy(&id),
+        "shardwheel-redis worker: a job id is not UTF-8; the job goes to the dead-letter set"
+    );
+    let _ = settle_tx.send(Settle {
+        shard,
+        id,
+        token,
+        action: Action::Bury,
+    });
 }
 
 /// Puts one claimed job into the local timer at the instant its due time comes by the
@@ -234,13 +285,25 @@ fn hold(
             attempt,
         },
     };
+    insert(counters, timer, settle_tx, at, claimed);
+}
+
+/// Puts a claimed job into the local timer to fire at `at`, or gives it back at once if the
+/// timer refuses it (it is shutting down).
+pub(crate) fn insert(
+    counters: &Counters,
+    timer: &Timer<Claimed>,
+    settle_tx: &mpsc::UnboundedSender<Settle>,
+    at: Instant,
+    claimed: Claimed,
+) {
     Counters::add(&counters.held, 1);
     if let Err(refused) = timer.insert_at(at, claimed) {
         Counters::add(&counters.held, 0u64.wrapping_sub(1));
         let claimed = refused.into_inner();
         let _ = settle_tx.send(Settle {
             shard: claimed.shard,
-            id: claimed.job.id,
+            id: claimed.job.id.into_bytes(),
             token: claimed.token,
             action: Action::Release,
         });

@@ -4,6 +4,7 @@
 //! count that differs from the one the queue was created with) is an error value, never a
 //! panic. A Redis error (connection lost, timeout) is passed through: the operation may or
 //! may not have happened, and retrying it is safe, since every step is idempotent or fenced.
+//! A failed connect is [`Error::Connect`]: the server's address and the last error seen.
 
 use std::fmt;
 
@@ -37,6 +38,17 @@ pub enum Error {
     },
     /// Redis answered something the protocol does not expect (a script of another version?).
     Protocol(String),
+    /// A queue could not connect: the server refused, was missing or still loading its data
+    /// for the whole connect timeout, or answered with an error that waiting cannot cure
+    /// (an unknown host, a database index out of range, a refused password, ...).
+    Connect {
+        /// The server's address (without credentials).
+        address: String,
+        /// The connect timeout.
+        timeout: std::time::Duration,
+        /// The last error seen; `None` if the last attempt was still waiting for a reply.
+        last: Option<redis::RedisError>,
+    },
 }
 
 impl fmt::Display for Error {
@@ -52,6 +64,21 @@ impl fmt::Display for Error {
                 stored.0, stored.1, configured.0, configured.1
             ),
             Error::Protocol(what) => write!(f, "unexpected reply from redis: {what}"),
+            Error::Connect {
+                address,
+                timeout,
+                last: Some(last),
+            } => write!(
+                f,
+                "could not connect to redis at {address} (connect timeout {timeout:?}): {last}"
+            ),
+            Error::Connect {
+                address, timeout, ..
+            } => write!(
+                f,
+                "could not connect to redis at {address}: no answer within the connect \
+                 timeout ({timeout:?})"
+            ),
         }
     }
 }
@@ -59,7 +86,10 @@ impl fmt::Display for Error {
 impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            Error::Redis(error) => Some(error),
+            Error::Redis(error)
+            | Error::Connect {
+                last: Some(error), ..
+            } => Some(error),
             _ => None,
         }
     }

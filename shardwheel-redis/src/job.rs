@@ -80,27 +80,45 @@ impl When {
     }
 }
 
-/// What [`Queue::cancel`](crate::Queue::cancel) found.
+/// What [`Queue::cancel`](crate::Queue::cancel) found; [`runs`](Self::runs) says whether a
+/// run of the job goes on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 ///
 /// ```no_run
 /// # async fn run(queue: shardwheel_redis::Queue) -> Result<(), shardwheel_redis::Error> {
 /// use shardwheel_redis::Cancelled;
 /// match queue.cancel("welcome-42").await? {
-///     Cancelled::Pending | Cancelled::Dead | Cancelled::NotFound => {}
-///     Cancelled::Claimed => println!("a worker may still run it once"),
+///     Cancelled::Started => println!("too late: its run had begun and goes on"),
+///     found => assert!(!found.runs()),
 /// }
 /// # Ok(()) }
 /// ```
 pub enum Cancelled {
     /// The job was pending: it will never run.
     Pending,
-    /// A worker had claimed it: that worker may still run it (once); its ack is refused.
+    /// A worker had claimed it ahead of its due time and not started it: it will never run
+    /// (the worker's start check at the due time finds it gone).
     Claimed,
+    /// Its run had started (its due time had come and a worker's start check passed): that
+    /// run goes on (its ack is refused) and no other follows.
+    Started,
     /// It was in the dead-letter set; it is gone.
     Dead,
     /// No job has this id (never scheduled, or already acknowledged or cancelled).
     NotFound,
+}
+
+impl Cancelled {
+    /// Whether a run of the job goes on after the cancel: true only for
+    /// [`Started`](Self::Started).
+    ///
+    /// ```
+    /// use shardwheel_redis::Cancelled;
+    /// assert!(Cancelled::Started.runs() && !Cancelled::Claimed.runs());
+    /// ```
+    pub fn runs(self) -> bool {
+        self == Cancelled::Started
+    }
 }
 
 /// What [`Queue::reschedule`](crate::Queue::reschedule) found before moving the job.
@@ -118,9 +136,12 @@ pub enum Cancelled {
 pub enum Rescheduled {
     /// The job was pending; it now waits for its new time.
     Pending,
-    /// A worker had claimed it: the claim is revoked (that worker may still run it once, and
-    /// its ack is refused); the job runs again at the new time.
+    /// A worker had claimed it and not started it: the claim is revoked, and the job runs
+    /// only at its new time.
     Claimed,
+    /// Its run had started: that run goes on (its ack is refused), and the job runs again at
+    /// the new time.
+    Started,
     /// It was in the dead-letter set: revived, its attempts reset.
     Dead,
     /// No job has this id; nothing was scheduled.

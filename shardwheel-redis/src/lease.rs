@@ -53,7 +53,7 @@ async fn extend_while_held(shared: &Shared, shard: u32, id: &str, token: u64) {
         match extend(&shared.queue, shard, id, token, config.lease).await {
             Ok(true) => Counters::add(&shared.counters.extended, 1),
             Ok(false) => return,
-            Err(_) => Counters::add(&shared.counters.errors, 1),
+            Err(error) => shared.counters.error("lease extension", &error),
         }
     }
 }

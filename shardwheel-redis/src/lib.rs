@@ -8,6 +8,13 @@
 //! run is acknowledged; it runs again only after its worker died, stalled past its lease,
 //! released it or failed it, so handlers must be idempotent.
 //!
+//! **Cancel and reschedule** reach a job until its run starts: a run starts only if, at its
+//! due time by the server's clock, the store still holds the job under the claim that fetched
+//! it (checked atomically on the server), so a [`Queue::cancel`] or [`Queue::reschedule`]
+//! applied before then is obeyed (a cancelled job never runs, a rescheduled one runs at its
+//! new time and never before it), and one applied later finds the run started and says so
+//! ([`Cancelled::Started`]).
+//!
 //! # Usage
 //!
 //! ```no_run
@@ -75,14 +82,17 @@
 //! of a shard share a hash tag so a script touches one cluster slot. Per shard: a `due`
 //! sorted set (id by due time), a `lease` sorted set (id by lease expiry) with a fencing
 //! token per claim, a `dead` sorted set, and the payloads spread over small hashes. Modules:
-//! `keys` (layout and id hash), `scripts`, `queue` (the producer API), `job` (its values),
-//! `worker` (the handler's side), `claim`, `clock` (bounds on the server's clock), `lease`
-//! (extension while a handler runs), `hint` (wake-up hints), `settle`, `stats`, `error`,
-//! `conn`.
+//! `keys` (layout and id hash), `scripts`, `queue` (the producer API), `builder` (its options
+//! and connection), `job` (its values), `worker` (the handler's side), `claim`, `clock`
+//! (bounds on the server's clock), `dispatch` (running handlers), `start` (the fenced start),
+//! `lease` (extension while a handler runs), `hint` (wake-up hints), `settle`, `stats`,
+//! `error`, `conn` (one connection type, and waiting for a server that is not ready).
 
+mod builder;
 mod claim;
 mod clock;
 mod conn;
+mod dispatch;
 mod error;
 mod hint;
 mod job;
@@ -97,6 +107,7 @@ mod script_tests;
 extern crate self as shardwheel_redis;
 mod scripts;
 mod settle;
+mod start;
 mod stats;
 mod worker;
 

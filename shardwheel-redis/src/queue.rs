@@ -12,9 +12,8 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use redis::Value;
-use redis::aio::ConnectionManagerConfig;
-use redis::cluster::ClusterClient;
 
+pub use crate::builder::QueueBuilder;
 use crate::conn::Conn;
 use crate::error::Error;
 use crate::job::{Cancelled, Counts, JobState, Rescheduled, When, check_id, unix_ms};
@@ -31,173 +30,14 @@ pub(crate) const BATCH: usize = 512;
 /// claimed by polls well ahead of their time anyway.
 const HINT_WITHIN: Duration = Duration::from_secs(1);
 
-/// Options of a queue handle; [`Queue::builder`] starts one.
-///
-/// ```no_run
-/// # async fn run() -> Result<(), shardwheel_redis::Error> {
-/// let queue = shardwheel_redis::Queue::builder("emails")
-///     .shards(32)
-///     .connect("redis://127.0.0.1:6379")
-///     .await?;
-/// # Ok(()) }
-/// ```
-#[derive(Clone, Debug)]
-pub struct QueueBuilder {
-    name: String,
-    shards: u32,
-    buckets: u32,
-    response_timeout: Duration,
-}
-
-impl QueueBuilder {
-    /// Shards of the queue (default 16): the unit of atomicity and of spreading over a
-    /// cluster's nodes. Every client of a queue must use the same count (checked at connect).
-    ///
-    /// ```
-    /// let builder = shardwheel_redis::Queue::builder("emails").shards(64);
-    /// ```
-    pub fn shards(mut self, shards: u32) -> Self {
-        self.shards = shards;
-        self
-    }
-
-    /// Payload hashes per shard (default 1024). Each stays compact while it holds up to 128
-    /// jobs, so about `shards * buckets * 100` pending jobs get the smallest memory per job.
-    ///
-    /// ```
-    /// // About 100 million pending jobs at the compact size.
-    /// let builder = shardwheel_redis::Queue::builder("emails").shards(64).buckets(16_384);
-    /// ```
-    pub fn buckets(mut self, buckets: u32) -> Self {
-        self.buckets = buckets;
-        self
-    }
-
-    /// How long to wait for a reply from Redis (default 10 s).
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// let builder = shardwheel_redis::Queue::builder("emails").response_timeout(Duration::from_secs(2));
-    /// ```
-    pub fn response_timeout(mut self, timeout: Duration) -> Self {
-        self.response_timeout = timeout;
-        self
-    }
-
-    fn check(&self) -> Result<(), Error> {
-        if self.name.is_empty() {
-            return Err(Error::InvalidName("a queue name must not be empty"));
-        }
-        if self.name.contains(['{', '}']) {
-            return Err(Error::InvalidName("a queue name must not contain { or }"));
-        }
-        if self.shards == 0 || self.buckets == 0 {
-            return Err(Error::InvalidConfig(
-                "shards and buckets must be at least 1",
-            ));
-        }
-        if self.response_timeout.is_zero() {
-            return Err(Error::InvalidConfig(
-                "the response timeout must not be zero",
-            ));
-        }
-        Ok(())
-    }
-
-    /// Connects to one Redis server (`redis://host:port`, `redis+unix:///path`).
-    ///
-    /// ```no_run
-    /// # async fn run() -> Result<(), shardwheel_redis::Error> {
-    /// let queue = shardwheel_redis::Queue::builder("emails")
-    ///     .connect("redis+unix:///run/redis/redis.sock")
-    ///     .await?;
-    /// # Ok(()) }
-    /// ```
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidName`] / [`Error::InvalidConfig`] for bad options,
-    /// [`Error::LayoutMismatch`] if the queue exists with other counts, [`Error::Redis`] if
-    /// the server cannot be reached.
-    pub async fn connect(self, url: &str) -> Result<Queue, Error> {
-        self.check()?;
-        let client = redis::Client::open(url)?;
-        let config = ConnectionManagerConfig::new()
-            .set_response_timeout(Some(self.response_timeout))
-            .set_connection_timeout(Some(self.response_timeout));
-        let conn = client.get_connection_manager_with_config(config).await?;
-        self.finish(Conn::Single(conn), client).await
-    }
-
-    /// Connects to a Redis Cluster through any of its nodes (`redis://host:port` each).
-    ///
-    /// ```no_run
-    /// # async fn run() -> Result<(), shardwheel_redis::Error> {
-    /// let nodes = ["redis://10.0.0.1:6379", "redis://10.0.0.2:6379"];
-    /// let queue = shardwheel_redis::Queue::builder("emails").connect_cluster(&nodes).await?;
-    /// # Ok(()) }
-    /// ```
-    ///
-    /// # Errors
-    ///
-    /// As [`connect`](Self::connect).
-    pub async fn connect_cluster(self, nodes: &[&str]) -> Result<Queue, Error> {
-        self.check()?;
-        let client = ClusterClient::builder(nodes.iter().copied())
-            .response_timeout(self.response_timeout)
-            .connection_timeout(self.response_timeout)
-            .build()?;
-        let conn = client.get_async_connection().await?;
-        // A cluster carries PUBLISH to every node: any node serves the wake-up hints.
-        let hints = redis::Client::open(nodes.first().copied().unwrap_or_default())?;
-        self.finish(Conn::Cluster(conn), hints).await
-    }
-
-    /// Records the layout in `{name}:meta` if the queue is new, or checks it; `hints` is
-    /// the server that workers subscribe to for wake-up hints.
-    async fn finish(self, mut conn: Conn, hints: redis::Client) -> Result<Queue, Error> {
-        let meta = format!("{{{}}}:meta", self.name);
-        let (shards, buckets): (Option<u32>, Option<u32>) = redis::pipe()
-            .hset_nx(&meta, "shards", self.shards)
-            .ignore()
-            .hset_nx(&meta, "buckets", self.buckets)
-            .ignore()
-            .hget(&meta, "shards")
-            .hget(&meta, "buckets")
-            .query_async(&mut conn)
-            .await?;
-        let stored = (shards.unwrap_or(0), buckets.unwrap_or(0));
-        if stored != (self.shards, self.buckets) {
-            return Err(Error::LayoutMismatch {
-                stored,
-                configured: (self.shards, self.buckets),
-            });
-        }
-        let keys = (0..self.shards)
-            .map(|shard| ShardKeys::new(&self.name, shard))
-            .collect();
-        Ok(Queue {
-            conn,
-            inner: Arc::new(Inner {
-                channel: format!("{{{}}}:wake", self.name),
-                hints,
-                name: self.name,
-                shards: self.shards,
-                buckets: self.buckets,
-                keys,
-            }),
-        })
-    }
-}
-
-struct Inner {
-    name: String,
+pub(crate) struct Inner {
+    pub(crate) name: String,
     /// The wake-up hint channel (`{name}:wake`) and the server to subscribe to it on.
-    channel: String,
-    hints: redis::Client,
-    shards: u32,
-    buckets: u32,
-    keys: Vec<ShardKeys>,
+    pub(crate) channel: String,
+    pub(crate) hints: redis::Client,
+    pub(crate) shards: u32,
+    pub(crate) buckets: u32,
+    pub(crate) keys: Vec<ShardKeys>,
 }
 
 /// A durable queue of delayed jobs in Redis. Cheap to clone; all clones share one connection.
@@ -207,6 +47,8 @@ struct Inner {
 /// At-least-once: once [`schedule`](Self::schedule) returns `Ok`, the job runs at or after
 /// its due time by the server's clock until one run is acknowledged, each run under one live
 /// lease at a time; it runs again only if a worker dies, stalls past its lease or fails it.
+/// A cancel or reschedule applied before the job's run starts (at its due time, checked on
+/// the server) is obeyed, even for a job a worker has already claimed.
 ///
 /// # Examples
 ///
@@ -244,12 +86,11 @@ impl Queue {
     /// let builder = shardwheel_redis::Queue::builder("emails");
     /// ```
     pub fn builder(name: &str) -> QueueBuilder {
-        QueueBuilder {
-            name: name.to_owned(),
-            shards: 16,
-            buckets: 1024,
-            response_timeout: Duration::from_secs(10),
-        }
+        QueueBuilder::new(name)
+    }
+
+    pub(crate) fn new(conn: Conn, inner: Arc<Inner>) -> Self {
+        Queue { conn, inner }
     }
 
     /// Connects to the queue `name` on one server with the default options.
@@ -433,8 +274,8 @@ impl Queue {
     /// ```no_run
     /// # async fn run(queue: shardwheel_redis::Queue) -> Result<(), shardwheel_redis::Error> {
     /// use shardwheel_redis::Cancelled;
-    /// if queue.cancel("welcome-42").await? == Cancelled::Claimed {
-    ///     // A worker holds it and may run it once: handlers must be idempotent.
+    /// if queue.cancel("welcome-42").await? == Cancelled::Started {
+    ///     // Too late: its run had begun (and goes on; its ack is refused).
     /// }
     /// # Ok(()) }
     /// ```
@@ -452,6 +293,7 @@ impl Queue {
             1 => Cancelled::Pending,
             2 => Cancelled::Claimed,
             3 => Cancelled::Dead,
+            4 => Cancelled::Started,
             _ => Cancelled::NotFound,
         })
     }
@@ -487,6 +329,7 @@ impl Queue {
             1 => Rescheduled::Pending,
             2 => Rescheduled::Claimed,
             3 => Rescheduled::Dead,
+            4 => Rescheduled::Started,
             _ => Rescheduled::NotFound,
         })
     }

@@ -43,10 +43,14 @@ async fn claim(
         .invoke_async(&mut queue.conn())
         .await
         .unwrap();
-    let (server_ns, jobs, reaped) =
-        crate::claim::parse_claim(reply).expect("a well-formed claim reply");
+    let reply = crate::claim::parse_claim(reply).expect("a well-formed claim reply");
+    assert!(reply.bad.is_empty(), "an id that is not UTF-8");
     // The server's clock in ms, as the script compares due times with it.
-    ((server_ns / 1_000_000) as i64, jobs, reaped)
+    (
+        (reply.server_ns / 1_000_000) as i64,
+        reply.jobs,
+        reply.reaped,
+    )
 }
 
 async fn settle(
@@ -208,6 +212,85 @@ async fn claim_takes_a_bounded_batch_within_the_window_with_fresh_tokens() {
         queue.status("0").await.unwrap().unwrap().0,
         JobState::Claimed { attempt: 1, .. }
     ));
+}
+
+/// Runs start.lua on `shard` for (id, token) pairs: one result per pair.
+async fn start(queue: &Queue, shard: u32, pairs: &[(&str, u64)]) -> Vec<i64> {
+    let keys = queue.keys(shard);
+    let mut invocation = keys.invoke(&SCRIPTS.start, queue.shards(), queue.buckets());
+    for (id, token) in pairs {
+        invocation.arg(*id).arg(*token);
+    }
+    let reply: Vec<i64> = invocation.invoke_async(&mut queue.conn()).await.unwrap();
+    reply[2..].to_vec()
+}
+
+/// Schedules `id` due after `delay` and claims it (window an hour): its shard and token.
+async fn claimed(queue: &Queue, id: &str, delay: Duration, lease_ms: u64) -> (u32, u64) {
+    queue.schedule(id, delay, b"x").await.unwrap();
+    let s = shard(queue, id);
+    let (_, jobs, _) = claim(queue, s, 3_600_000, lease_ms, 10, 5).await;
+    (s, jobs.iter().find(|j| j.0 == id).unwrap().2)
+}
+
+#[tokio::test]
+async fn start_is_fenced_by_the_token_and_the_due_time_and_tells_cancel_it_began() {
+    let server = support::Server::start();
+    let queue = queue(&server, "s").await;
+    // A wrong token is revoked, a job not yet due waits, the live token starts (twice:
+    // a repeated call), and the started record still settles.
+    let (s, token) = claimed(&queue, "a", Duration::ZERO, 30_000).await;
+    let (sl, later) = claimed(&queue, "later", Duration::from_secs(600), 30_000).await;
+    assert_eq!(start(&queue, s, &[("a", token + 1)]).await, vec![0]);
+    assert_eq!(start(&queue, sl, &[("later", later)]).await, vec![2]);
+    assert_eq!(start(&queue, s, &[("a", token)]).await, vec![1]);
+    assert_eq!(start(&queue, s, &[("a", token)]).await, vec![1]);
+    assert!(matches!(
+        queue.status("a").await.unwrap().unwrap().0,
+        JobState::Claimed { attempt: 1, .. }
+    ));
+    assert_eq!(settle(&queue, s, 5, &[("a", token, "a")]).await, vec![1]);
+    // Cancelled or rescheduled before its start: revoked; after: the run goes on.
+    for (id, before) in [("b", true), ("c", false)] {
+        let (s, token) = claimed(&queue, id, Duration::ZERO, 30_000).await;
+        if !before {
+            assert_eq!(start(&queue, s, &[(id, token)]).await, vec![1]);
+        }
+        let found = queue.cancel(id).await.unwrap();
+        assert_eq!(
+            found,
+            if before {
+                Cancelled::Claimed
+            } else {
+                Cancelled::Started
+            }
+        );
+        assert_eq!(found.runs(), !before);
+        assert_eq!(start(&queue, s, &[(id, token)]).await, vec![0]);
+        let (s, token) = claimed(&queue, id, Duration::ZERO, 30_000).await;
+        if !before {
+            assert_eq!(start(&queue, s, &[(id, token)]).await, vec![1]);
+        }
+        let found = queue.reschedule(id, Duration::from_secs(600), None).await;
+        let expected = if before {
+            Rescheduled::Claimed
+        } else {
+            Rescheduled::Started
+        };
+        assert_eq!(found.unwrap(), expected);
+        assert_eq!(start(&queue, s, &[(id, token)]).await, vec![0]);
+        assert!(matches!(
+            queue.status(id).await.unwrap().unwrap().0,
+            JobState::Pending { attempts: 0, .. }
+        ));
+    }
+    // A started job whose lease ends is reaped with its attempt counted.
+    let (s, token) = claimed(&queue, "r", Duration::ZERO, 1).await;
+    assert_eq!(start(&queue, s, &[("r", token)]).await, vec![1]);
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let (_, jobs, reaped) = claim(&queue, s, 0, 30_000, 10, 5).await;
+    assert_eq!(reaped, 1);
+    assert_eq!((jobs[0].0.as_str(), jobs[0].3), ("r", 2));
 }
 
 fn lease_until(state: JobState) -> std::time::SystemTime {

@@ -22,6 +22,7 @@ pub(crate) struct Scripts {
     pub reschedule: Script,
     pub status: Script,
     pub extend: Script,
+    pub start: Script,
 }
 
 fn with_bucket(source: &str) -> Script {
@@ -37,4 +38,5 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     reschedule: with_bucket(include_str!("lua/reschedule.lua")),
     status: with_bucket(include_str!("lua/status.lua")),
     extend: Script::new(include_str!("lua/extend.lua")),
+    start: Script::new(include_str!("lua/start.lua")),
 });

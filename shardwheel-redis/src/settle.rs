@@ -1,6 +1,7 @@
 //! Settling: the outcomes of runs, batched per shard into `settle.lua` calls.
 //!
-//! Every outcome (ack, fail, release) names the job's fencing token, and the script applies
+//! Every outcome (ack, fail, release, or dead-letter for a claimed entry whose id is not
+//! UTF-8) names the job's fencing token, and the script applies
 //! it only if that token is still the job's live lease: a worker whose lease expired, or
 //! whose job was cancelled or rescheduled meanwhile, is refused and counted as such. The
 //! settler takes whatever outcomes are queued (up to 16 script batches), groups them by
@@ -8,8 +9,8 @@
 //! each under load. It does not wait for more: gathering outcomes for 50 ms made the calls
 //! 20 times fewer in D1 (1,000,000 acks in about 24,000 calls instead of 458,580) but
 //! raised the p99 lateness of its jobs from about 6 ms to 27-36 ms on the 2-core machine,
-//! and did not raise its schedule rate. A failed call is retried once (fenced steps are safe to repeat); after
-//! that the lease is left to expire and the job runs again.
+//! and did not raise its schedule rate. A failed call is retried once (fenced steps are safe
+//! to repeat); after that the lease is left to expire and the job runs again.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,11 +29,14 @@ pub(crate) enum Action {
     Ack,
     Fail,
     Release,
+    /// To the dead-letter set at once: a claimed entry no handler can be given.
+    Bury,
 }
 
 pub(crate) struct Settle {
     pub(crate) shard: u32,
-    pub(crate) id: String,
+    /// The job's id (UTF-8 unless buried).
+    pub(crate) id: Vec<u8>,
     pub(crate) token: u64,
     pub(crate) action: Action,
 }
@@ -79,9 +83,9 @@ pub(crate) async fn settle_loop(
                             Action::Ack => "a",
                             Action::Fail => "f",
                             Action::Release => "r",
+                            Action::Bury => "d",
                         };
-                        let bucket =
-                            bucket_of(settle.id.as_bytes(), queue.shards(), queue.buckets());
+                        let bucket = bucket_of(&settle.id, queue.shards(), queue.buckets());
                         invocation
                             .arg(&settle.id)
                             .arg(settle.token)
@@ -96,8 +100,8 @@ pub(crate) async fn settle_loop(
                                 results = Some(ok);
                                 break;
                             }
-                            Err(_) => {
-                                Counters::add(&counters.errors, 1);
+                            Err(error) => {
+                                counters.error("settle", &error);
                                 tokio::time::sleep(Duration::from_millis(100)).await;
                             }
                         }
@@ -107,8 +111,8 @@ pub(crate) async fn settle_loop(
                         let counter = match (settle.action, result) {
                             (_, 0) => &counters.refused,
                             (Action::Ack, _) => &counters.acked,
-                            (Action::Fail, 2) => &counters.dead_lettered,
-                            (Action::Fail, _) => &counters.retried,
+                            (Action::Fail | Action::Bury, 2) => &counters.dead_lettered,
+                            (Action::Fail | Action::Bury, _) => &counters.retried,
                             (Action::Release, _) => &counters.released,
                         };
                         Counters::add(counter, 1);

@@ -42,6 +42,9 @@ pub struct Stats {
     pub dead_lettered: u64,
     /// Claims given back unrun (graceful stop).
     pub released: u64,
+    /// Claimed jobs not run because, when they came due, the store no longer held them under
+    /// this worker's claim: cancelled, rescheduled or taken back meanwhile (the start check).
+    pub revoked: u64,
     /// Expired leases (of any worker) this worker's claims took back.
     pub reaped: u64,
     /// Runs that started before their due time by the server's clock, as far as the claim's
@@ -53,7 +56,8 @@ pub struct Stats {
     /// Wake-up hints heard (a job due within a second was scheduled): each starts a claim
     /// round before the next poll.
     pub woken: u64,
-    /// Redis calls that failed (each is retried later or left to the lease).
+    /// Redis calls that failed (each is retried later or left to the lease); each is also a
+    /// `tracing` warning naming the call and the error.
     pub errors: u64,
     /// Jobs held in the local timer, waiting for their due time.
     pub held: u64,
@@ -81,7 +85,7 @@ impl fmt::Display for Stats {
         write!(
             f,
             "claimed={} delivered={} acked={} refused={} retried={} dead_lettered={} \
-             released={} reaped={} early={} extended={} woken={} errors={} held={} late_p50={:?} \
+             released={} revoked={} reaped={} early={} extended={} woken={} errors={} held={} late_p50={:?} \
              late_p99={:?} late_max={:?}",
             self.claimed,
             self.delivered,
@@ -90,6 +94,7 @@ impl fmt::Display for Stats {
             self.retried,
             self.dead_lettered,
             self.released,
+            self.revoked,
             self.reaped,
             self.early,
             self.extended,
@@ -120,6 +125,7 @@ pub(crate) struct Counters {
     pub retried: AtomicU64,
     pub dead_lettered: AtomicU64,
     pub released: AtomicU64,
+    pub revoked: AtomicU64,
     pub reaped: AtomicU64,
     pub early: AtomicU64,
     pub extended: AtomicU64,
@@ -137,6 +143,12 @@ fn histogram() -> Histogram<u64> {
 impl Counters {
     pub(crate) fn add(counter: &AtomicU64, n: u64) {
         counter.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Counts a failed Redis call of the worker and reports it as a `tracing` warning.
+    pub(crate) fn error(&self, call: &str, error: &dyn fmt::Display) {
+        Self::add(&self.errors, 1);
+        tracing::warn!(call, %error, "shardwheel-redis worker: a redis call failed");
     }
 
     pub(crate) fn record_lateness(&self, late: Duration) {
@@ -163,6 +175,7 @@ impl Counters {
             retried: get(&self.retried),
             dead_lettered: get(&self.dead_lettered),
             released: get(&self.released),
+            revoked: get(&self.revoked),
             reaped: get(&self.reaped),
             early: get(&self.early),
             extended: get(&self.extended),

@@ -11,6 +11,8 @@
 //!   full the claimer sleeps `poll`, or until a wake-up hint (`hint`) says a job due soon
 //!   was scheduled.
 //! - the timer's reaper fires each job at its instant into a channel; the **dispatcher**
+//!   (`dispatch`) has the start of the jobs fired in one instant checked on the server in one
+//!   round trip (`start`: a job cancelled or rescheduled since its claim does not run),
 //!   records lateness and runs the handler: polled once in place (a handler done at once
 //!   costs no task), spawned otherwise (at most `concurrency` at once), its lease extended
 //!   while it runs (`lease`);
@@ -27,20 +29,18 @@
 //! claim takes them back `lease` after their due time.
 
 use std::future::Future;
-use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use futures_util::FutureExt;
 use shardwheel::Timer;
 use tokio::sync::{Notify, Semaphore, mpsc, oneshot};
 use tokio::task::JoinHandle;
 
 use crate::claim::{Claimed, claim_loop};
 use crate::clock::ServerClock;
+use crate::dispatch::{Dispatch, dispatch_loop};
 use crate::error::Error;
 use crate::hint::hint_loop;
-use crate::lease::keep_lease;
 use crate::queue::Queue;
 use crate::settle::{Action, Settle, settle_loop};
 use crate::stats::{Counters, Stats};
@@ -309,14 +309,15 @@ impl WorkerBuilder {
             Arc::clone(&timer),
             settle_tx.clone(),
         ));
-        let dispatcher = runtime.spawn(dispatch_loop(
-            Arc::clone(&shared),
-            fire_rx,
-            timer_done_rx,
-            settle_tx.clone(),
-            Arc::new(handler),
-            concurrency,
-        ));
+        let dispatch = Dispatch {
+            shared: Arc::clone(&shared),
+            timer: Arc::clone(&timer),
+            settle_tx: settle_tx.clone(),
+            handler: Arc::new(handler),
+            permits: Arc::new(Semaphore::new(concurrency as usize)),
+        };
+        let dispatcher =
+            runtime.spawn(dispatch_loop(dispatch, fire_rx, timer_done_rx, concurrency));
         let settler = runtime.spawn(settle_loop(Arc::clone(&shared), settle_rx));
         let hints = runtime.spawn(hint_loop(Arc::clone(&shared)));
         Ok(Worker {
@@ -455,7 +456,7 @@ impl Worker {
             for claimed in unfired {
                 let _ = tasks.settle_tx.send(Settle {
                     shard: claimed.shard,
-                    id: claimed.job.id,
+                    id: claimed.job.id.into_bytes(),
                     token: claimed.token,
                     action: Action::Release,
                 });
@@ -479,97 +480,4 @@ impl Drop for Worker {
             let _ = tasks.timer_done_tx.send(());
         }
     }
-}
-
-/// Ack on `Ok`, fail on an error or a panic.
-fn action<E>(outcome: Result<Result<(), E>, Box<dyn std::any::Any + Send>>) -> Action {
-    match outcome {
-        Ok(Ok(())) => Action::Ack,
-        _ => Action::Fail,
-    }
-}
-
-async fn dispatch_loop<F, Fut, E>(
-    shared: Arc<Shared>,
-    mut fire_rx: mpsc::UnboundedReceiver<Claimed>,
-    mut timer_done: oneshot::Receiver<()>,
-    settle_tx: mpsc::UnboundedSender<Settle>,
-    handler: Arc<F>,
-    concurrency: u32,
-) where
-    F: Fn(Job) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = Result<(), E>> + Send + 'static,
-    E: Send + 'static,
-{
-    let permits = Arc::new(Semaphore::new(concurrency as usize));
-    let mut done = false;
-    loop {
-        let claimed = if done {
-            match fire_rx.try_recv() {
-                Ok(claimed) => claimed,
-                Err(_) => break,
-            }
-        } else {
-            tokio::select! {
-                claimed = fire_rx.recv() => match claimed {
-                    Some(claimed) => claimed,
-                    None => break,
-                },
-                _ = &mut timer_done => {
-                    done = true;
-                    continue;
-                }
-            }
-        };
-        let counters = &shared.counters;
-        Counters::add(&counters.held, 0u64.wrapping_sub(1));
-        Counters::add(&counters.delivered, 1);
-        let started = Instant::now();
-        // The server's clock now lies within the worker's bounds: record lateness on the
-        // upper one (an overestimate by at most the fastest claim round trip), count early
-        // on the lower one.
-        let due = i128::from(claimed.due_ms) * 1_000_000;
-        if let Some((least, most)) = shared.lock_clock().bounds(started) {
-            if least < due {
-                Counters::add(&counters.early, 1);
-            }
-            counters.record_lateness(Duration::from_nanos(
-                u64::try_from((most - due).max(0)).unwrap_or(u64::MAX),
-            ));
-        }
-        let (shard, token, id) = (claimed.shard, claimed.token, claimed.job.id.clone());
-        let settle = move |id, action| Settle {
-            shard,
-            id,
-            token,
-            action,
-        };
-        // A handler that panics while making its future fails the attempt, as one that
-        // panics while running does; neither stops the dispatcher.
-        let job = claimed.job;
-        let Ok(run) = std::panic::catch_unwind(AssertUnwindSafe(|| handler(job))) else {
-            let _ = settle_tx.send(settle(id, Action::Fail));
-            continue;
-        };
-        let mut run = Box::pin(AssertUnwindSafe(run).catch_unwind());
-        // One poll here: a handler that is done at once (a burst of quick jobs) costs no
-        // task. One that is not is spawned, and polled again there with a real waker.
-        if let Some(outcome) = run.as_mut().now_or_never() {
-            let _ = settle_tx.send(settle(id, action(outcome)));
-            continue;
-        }
-        let Ok(permit) = Arc::clone(&permits).acquire_owned().await else {
-            break;
-        };
-        let settle_tx = settle_tx.clone();
-        let shared = Arc::clone(&shared);
-        tokio::spawn(async move {
-            // It runs on: its lease is extended while it does (`lease`).
-            let outcome = keep_lease(&shared, shard, &id, token, run).await;
-            let _ = settle_tx.send(settle(id, action(outcome)));
-            drop(permit);
-        });
-    }
-    // Every handler holds a permit until it has sent its outcome.
-    let _ = permits.acquire_many(concurrency).await;
 }

@@ -1,5 +1,6 @@
 //! The baselines the durable bench measures shardwheel-redis against, in the same run: the
-//! naive poller many users write (its producer and its poller) and the floor, the least
+//! naive poller many users write (its producer and its poller), the script poller careful
+//! users write (the same producer; the poll is one atomic script) and the floor, the least
 //! work per job a durable schedule can ask of Redis.
 
 use std::sync::Arc;
@@ -35,35 +36,58 @@ pub(super) async fn produce_naive(
     .await
 }
 
-/// The naive poller: every 100 ms, ZRANGEBYSCORE due <= now LIMIT 1000, then ZREM them,
-/// and deliver what was fetched.
-pub(super) async fn naive_poller(
+/// The script poller's poll: the jobs due by the server's `TIME` (at most ARGV[1]) leave
+/// the sorted set in the same atomic step that returns them, so two pollers never fetch one
+/// job (a poller that dies after the call loses its jobs: at most once).
+const POLL_SCRIPT: &str = r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, ARGV[1])
+local members = {}
+for i = 1, #due, 2 do members[#members + 1] = due[i] end
+if #members > 0 then redis.call('ZREM', KEYS[1], unpack(members)) end
+return due
+";
+
+/// A poller: every 100 ms, the jobs due (at most 1000), delivered. The naive one
+/// (`atomic` false) runs ZRANGEBYSCORE due <= now, then ZREM them, so two pollers race; the
+/// script poller (`atomic` true) runs `POLL_SCRIPT`.
+pub(super) async fn poller(
     url: String,
     key: String,
+    atomic: bool,
     tally: Arc<Tally>,
     stop: Arc<AtomicU64>,
 ) {
     let mut conn = raw_conn(&url).await;
+    let script = redis::Script::new(POLL_SCRIPT);
     while stop.load(Ordering::Relaxed) == 0 {
-        let due: Vec<(Vec<u8>, f64)> = redis::cmd("ZRANGEBYSCORE")
-            .arg(&key)
-            .arg("-inf")
-            .arg(now_ms())
-            .arg("WITHSCORES")
-            .arg("LIMIT")
-            .arg(0)
-            .arg(1000)
-            .query_async(&mut conn)
-            .await
-            .unwrap();
-        if !due.is_empty() {
-            let members: Vec<&[u8]> = due.iter().map(|(m, _)| m.as_slice()).collect();
-            redis::cmd("ZREM")
+        let due: Vec<(Vec<u8>, f64)> = if atomic {
+            let mut poll = script.key(&key);
+            poll.arg(1000).invoke_async(&mut conn).await.unwrap()
+        } else {
+            redis::cmd("ZRANGEBYSCORE")
                 .arg(&key)
-                .arg(&members)
-                .query_async::<()>(&mut conn)
+                .arg("-inf")
+                .arg(now_ms())
+                .arg("WITHSCORES")
+                .arg("LIMIT")
+                .arg(0)
+                .arg(1000)
+                .query_async(&mut conn)
                 .await
-                .unwrap();
+                .unwrap()
+        };
+        if !due.is_empty() {
+            if !atomic {
+                let members: Vec<&[u8]> = due.iter().map(|(m, _)| m.as_slice()).collect();
+                redis::cmd("ZREM")
+                    .arg(&key)
+                    .arg(&members)
+                    .query_async::<()>(&mut conn)
+                    .await
+                    .unwrap();
+            }
             for (member, score) in &due {
                 let now = unix_us(SystemTime::now());
                 let id = member.split(|&b| b == b':').next().unwrap();

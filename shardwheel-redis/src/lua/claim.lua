@@ -1,7 +1,7 @@
 -- claim.lua: reaps expired leases, then claims the shard's jobs due within a window.
 --
 -- KEYS[1] due zset   KEYS[2] lease zset (id -> lease expiry ms)   KEYS[3] tok hash
--- (id -> "token:due:attempt" while claimed)   KEYS[4] dead zset   KEYS[5] token counter
+-- (id -> "token:due:attempt" while claimed, ":s" appended once started)   KEYS[4] dead zset   KEYS[5] token counter
 -- KEYS[6] att hash (id -> attempts so far, for jobs that have been tried and not acked)
 -- ARGV[1] payload hash prefix   ARGV[2] shards   ARGV[3] buckets   ARGV[4] window ms
 -- ARGV[5] lease ms (after the due time)   ARGV[6] most jobs to claim
@@ -32,7 +32,7 @@ for _, id in ipairs(expired) do
   local rec = redis.call('HGET', KEYS[3], id)
   redis.call('HDEL', KEYS[3], id)
   local attempt = 1
-  if rec then attempt = tonumber(string.match(rec, '^%d+:%-?%d+:(%d+)$')) end
+  if rec then attempt = tonumber(string.match(rec, '^%d+:%-?%d+:(%d+)')) end
   redis.call('HSET', KEYS[6], id, attempt)
   if attempt >= max_attempts then
     redis.call('ZADD', KEYS[4], now, id)

@@ -8,8 +8,9 @@
 --
 -- Contract: if the id is unknown, returns 0 and changes nothing. Otherwise the job enters
 -- the due set at the new time with its attempts reset, and the result says where it was:
--- 1 pending, 2 claimed (the claim is revoked: its worker may still run it, once, and its
--- ack is refused), 3 dead (revived).
+-- 1 pending, 2 claimed and not started (the claim is revoked: start.lua refuses it, so it
+-- runs only at its new time), 4 claimed and started (that run goes on, its ack is refused;
+-- the job runs again at its new time), 3 dead (revived).
 -- Bound: O(log N).
 -- bucket(prefix, id, shards, buckets) is prepended from bucket.lua when loaded (scripts.rs).
 local id = ARGV[4]
@@ -25,8 +26,10 @@ redis.call('HDEL', KEYS[5], id)
 local was = 1
 if redis.call('ZSCORE', KEYS[1], id) == false then
   if redis.call('ZREM', KEYS[2], id) == 1 then
+    local rec = redis.call('HGET', KEYS[3], id) or ''
     redis.call('HDEL', KEYS[3], id)
     was = 2
+    if string.sub(rec, -2) == ':s' then was = 4 end
   else
     redis.call('ZREM', KEYS[4], id)
     was = 3

@@ -6,7 +6,8 @@
 -- not used here: each job comes with its payload hash)
 -- ARGV[4] attempts before the dead-letter set   ARGV[5] backoff base ms
 -- ARGV[6] backoff cap ms
--- ARGV[7..] quadruples: id, token, action ('a' ack, 'f' failed, 'r' release unrun), the
+-- ARGV[7..] quadruples: id, token, action ('a' ack, 'f' failed, 'r' release unrun, 'd'
+-- dead-letter now: an entry the worker cannot hand to a handler), the
 -- id's payload hash (its number under the prefix, from `keys::bucket_of`)
 --
 -- Contract: an action applies only if the job's current token (tok hash) equals the one
@@ -15,7 +16,7 @@
 -- ack: the job is deleted everywhere, result 1. failed: back to due at now + min(base *
 -- 2^(attempt-1), cap) by the server's TIME, result 1, or to the dead set once it used its
 -- attempts, result 2. release: back to due at its own due time, the attempt not counted,
--- result 1.
+-- result 1. dead-letter now: to the dead set, result 2.
 -- Bound: O(n log N) for n quadruples (the client sends at most 512 a call); an ack costs one
 -- redis call (its payload) plus a few per batch, and no id hashing in Lua.
 local t = redis.call('TIME')
@@ -35,7 +36,7 @@ for k = 1, #ids do
   local rec = recs[k]
   local result = 0
   if rec and not seen[id] then
-    local held, at, attempt = string.match(rec, '^(%d+):(%-?%d+):(%d+)$')
+    local held, at, attempt = string.match(rec, '^(%d+):(%-?%d+):(%d+)')
     if held == token then
       seen[id] = true
       settled[#settled + 1] = id
@@ -44,9 +45,9 @@ for k = 1, #ids do
         if has_att then redis.call('HDEL', KEYS[5], id) end
         redis.call('HDEL', prefix .. ARGV[i + 3], id)
         result = 1
-      elseif action == 'f' then
+      elseif action == 'f' or action == 'd' then
         redis.call('HSET', KEYS[5], id, attempt)
-        if attempt >= max_attempts then
+        if action == 'd' or attempt >= max_attempts then
           redis.call('ZADD', KEYS[4], now, id)
           result = 2
         else

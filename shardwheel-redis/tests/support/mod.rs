@@ -29,7 +29,7 @@ impl Server {
     pub fn start() -> Server {
         let dir = tempfile::tempdir().expect("a temp dir");
         let mut server = Server { dir, child: None };
-        server.spawn();
+        server.spawn(&[], Ready::Serving);
         server
     }
 
@@ -37,22 +37,28 @@ impl Server {
         self.dir.path().join("r.sock")
     }
 
-    fn spawn(&mut self) {
+    /// Starts `redis-server` with `extra` arguments and waits until it is `ready`.
+    fn spawn(&mut self, extra: &[&str], ready: Ready) {
         let _ = std::fs::remove_file(self.socket());
         let child = redis_server(self.dir.path())
             .args(["--port", "0", "--unixsocket"])
             .arg(self.socket())
             .args(["--unixsocketperm", "700"])
+            .args(extra)
             .spawn()
             .expect("redis-server on the PATH (apt-get install redis-server)");
         self.child = Some(child);
         let client = redis::Client::open(self.url()).expect("a valid url");
         let start = Instant::now();
         loop {
-            if let Ok(mut conn) = client.get_connection()
-                && redis::cmd("PING").query::<String>(&mut conn).is_ok()
-            {
-                return;
+            if let Ok(mut conn) = client.get_connection() {
+                let ping = redis::cmd("PING").query::<String>(&mut conn);
+                let loading = ping.as_ref().is_err_and(|error| {
+                    error.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::BusyLoading)
+                });
+                if ping.is_ok() || (loading && ready == Ready::Loading) {
+                    return;
+                }
             }
             assert!(
                 start.elapsed() < PATIENCE,
@@ -69,7 +75,39 @@ impl Server {
     /// SIGKILL, then a new server on the same directory (it replays the AOF).
     pub fn kill9_and_restart(&mut self) {
         self.kill9();
-        self.spawn();
+        self.spawn(&[], Ready::Serving);
+    }
+
+    /// Compacts the AOF (BGREWRITEAOF, awaited), SIGKILLs the server and starts it again on
+    /// the same directory, loading each key `per_key` late; returns while it still loads.
+    pub fn kill9_and_restart_loading_slowly(&mut self, per_key: Duration) {
+        let mut conn = self.sync_conn();
+        let _: String = redis::cmd("BGREWRITEAOF").query(&mut conn).unwrap();
+        let start = Instant::now();
+        loop {
+            let info: String = redis::cmd("INFO")
+                .arg("persistence")
+                .query(&mut conn)
+                .unwrap();
+            if info.contains("aof_rewrite_in_progress:0")
+                && info.contains("aof_rewrite_scheduled:0")
+            {
+                break;
+            }
+            assert!(start.elapsed() < PATIENCE, "the AOF rewrite did not end");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.kill9();
+        let delay = per_key.as_micros().to_string();
+        // Redis's debugging option `key-load-delay` (microseconds per key loaded); events are
+        // served (LOADING replies) every KiB loaded.
+        let extra = ["--key-load-delay", &delay];
+        let extra = [
+            &extra[..],
+            &["--loading-process-events-interval-bytes", "1024"],
+        ]
+        .concat();
+        self.spawn(&extra, Ready::Loading);
     }
 
     pub fn kill9(&mut self) {
@@ -85,6 +123,15 @@ impl Server {
             .get_connection()
             .unwrap()
     }
+}
+
+/// What a started server must answer before the fixture returns it.
+#[derive(Clone, Copy, PartialEq)]
+enum Ready {
+    /// PONG.
+    Serving,
+    /// PONG or LOADING.
+    Loading,
 }
 
 impl Drop for Server {
@@ -323,6 +370,31 @@ impl Drop for WorkerProcess {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Runs handed to a recording handler: id -> attempts seen.
+pub type Seen = std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, Vec<u32>>>>;
+
+/// A handler that records each run (and acks it), and what it recorded.
+pub fn recording() -> (
+    Seen,
+    impl Fn(shardwheel_redis::Job) -> std::future::Ready<Result<(), ()>> + Send + Sync,
+) {
+    let seen: Seen = std::sync::Arc::default();
+    let record = std::sync::Arc::clone(&seen);
+    (seen, move |job| {
+        note(&record, job);
+        std::future::ready(Ok(()))
+    })
+}
+
+/// Records a run of `job`.
+pub fn note(seen: &Seen, job: shardwheel_redis::Job) {
+    seen.lock()
+        .unwrap()
+        .entry(job.id)
+        .or_default()
+        .push(job.attempt);
 }
 
 /// The server's clock in Unix ms.

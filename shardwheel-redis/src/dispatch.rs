@@ -1,0 +1,152 @@
+//! The dispatcher: runs the handler on each job the local timer fires, once its start is
+//! checked.
+//!
+//! It takes every job fired since it last looked, has their start checked in one round trip
+//! (`start`), then for each started job records its lateness on the server's clock and polls
+//! the handler's future once in place: a handler done at once costs no task; one that is not
+//! is spawned (at most `concurrency` at once) with its lease extended while it runs
+//! (`lease`). Every outcome goes to the settler: ack on `Ok`, fail on an error or a panic.
+
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::FutureExt;
+use shardwheel::Timer;
+use tokio::sync::{Semaphore, mpsc, oneshot};
+
+use crate::claim::Claimed;
+use crate::lease::keep_lease;
+use crate::settle::{Action, Settle};
+use crate::start;
+use crate::stats::Counters;
+use crate::worker::{Job, Shared};
+
+/// Ack on `Ok`, fail on an error or a panic.
+fn action<E>(outcome: Result<Result<(), E>, Box<dyn std::any::Any + Send>>) -> Action {
+    match outcome {
+        Ok(Ok(())) => Action::Ack,
+        _ => Action::Fail,
+    }
+}
+
+/// What the dispatcher needs besides the fired jobs.
+pub(crate) struct Dispatch<F> {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) timer: Arc<Timer<Claimed>>,
+    pub(crate) settle_tx: mpsc::UnboundedSender<Settle>,
+    pub(crate) handler: Arc<F>,
+    pub(crate) permits: Arc<Semaphore>,
+}
+
+pub(crate) async fn dispatch_loop<F, Fut, E>(
+    dispatch: Dispatch<F>,
+    mut fire_rx: mpsc::UnboundedReceiver<Claimed>,
+    mut timer_done: oneshot::Receiver<()>,
+    concurrency: u32,
+) where
+    F: Fn(Job) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<(), E>> + Send + 'static,
+    E: Send + 'static,
+{
+    let mut done = false;
+    'instants: loop {
+        let first = if done {
+            match fire_rx.try_recv() {
+                Ok(claimed) => claimed,
+                Err(_) => break,
+            }
+        } else {
+            tokio::select! {
+                claimed = fire_rx.recv() => match claimed {
+                    Some(claimed) => claimed,
+                    None => break,
+                },
+                _ = &mut timer_done => {
+                    done = true;
+                    continue;
+                }
+            }
+        };
+        // Every job fired since the last look is checked in one round trip (`start`).
+        let mut fired = vec![first];
+        while fired.len() < start::MOST {
+            match fire_rx.try_recv() {
+                Ok(claimed) => fired.push(claimed),
+                Err(_) => break,
+            }
+        }
+        let shared = &dispatch.shared;
+        Counters::add(&shared.counters.held, 0u64.wrapping_sub(fired.len() as u64));
+        let fired = start::check(shared, &dispatch.timer, &dispatch.settle_tx, fired).await;
+        for claimed in fired {
+            if !dispatch.run(claimed).await {
+                break 'instants;
+            }
+        }
+    }
+    // Every handler holds a permit until it has sent its outcome.
+    let _ = dispatch.permits.acquire_many(concurrency).await;
+}
+
+impl<F> Dispatch<F> {
+    /// Runs the handler on a job whose start was checked; false if the dispatcher must stop.
+    async fn run<Fut, E>(&self, claimed: Claimed) -> bool
+    where
+        F: Fn(Job) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), E>> + Send + 'static,
+        E: Send + 'static,
+    {
+        let shared = &self.shared;
+        let counters = &shared.counters;
+        Counters::add(&counters.delivered, 1);
+        let started = Instant::now();
+        // The server's clock now lies within the worker's bounds: record lateness on the
+        // upper one (an overestimate by at most the fastest claim round trip), count early
+        // on the lower one.
+        let due = i128::from(claimed.due_ms) * 1_000_000;
+        if let Some((least, most)) = shared.lock_clock().bounds(started) {
+            if least < due {
+                Counters::add(&counters.early, 1);
+            }
+            counters.record_lateness(Duration::from_nanos(
+                u64::try_from((most - due).max(0)).unwrap_or(u64::MAX),
+            ));
+        }
+        let (shard, token, id) = (claimed.shard, claimed.token, claimed.job.id.clone());
+        let settle = move |id: String, action| Settle {
+            shard,
+            id: id.into_bytes(),
+            token,
+            action,
+        };
+        // A handler that panics while making its future fails the attempt, as one that
+        // panics while running does; neither stops the dispatcher.
+        let job = claimed.job;
+        let handler = &self.handler;
+        let Ok(run) = std::panic::catch_unwind(AssertUnwindSafe(|| handler(job))) else {
+            let _ = self.settle_tx.send(settle(id, Action::Fail));
+            return true;
+        };
+        let mut run = Box::pin(AssertUnwindSafe(run).catch_unwind());
+        // One poll here: a handler that is done at once (a burst of quick jobs) costs no
+        // task. One that is not is spawned, and polled again there with a real waker.
+        if let Some(outcome) = run.as_mut().now_or_never() {
+            let _ = self.settle_tx.send(settle(id, action(outcome)));
+            return true;
+        }
+        let Ok(permit) = Arc::clone(&self.permits).acquire_owned().await else {
+            return false;
+        };
+        let settle_tx = self.settle_tx.clone();
+        let shared = Arc::clone(shared);
+        tokio::spawn(async move {
+            // It runs on: its lease is extended while it does (`lease`).
+            let outcome = keep_lease(&shared, shard, &id, token, run).await;
+            let _ = settle_tx.send(settle(id, action(outcome)));
+            drop(permit);
+        });
+        true
+    }
+}

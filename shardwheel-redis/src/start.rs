@@ -1,0 +1,142 @@
+//! The fenced start: a claimed job runs only if it is still the same job at its due time.
+//!
+//! A claim is a reservation, not a start: between a claim (up to `window` ahead) and the
+//! job's due time the job may be cancelled or rescheduled, or its lease taken back. So when
+//! the local timer fires jobs, the dispatcher takes every job fired since it last looked,
+//! groups them by shard and sends one `start.lua` call per shard (at most `BATCH` jobs
+//! each), all at once on the multiplexed connection: one round trip per instant, not per
+//! job. The script compares each job's claim token with the one the store holds and the
+//! job's due time with the server's `TIME`, atomically, and marks the jobs it starts; a
+//! cancel or reschedule is applied wholly before or wholly after that check, and tells which
+//! (see `cancel.lua`). Per job:
+//! - started: the handler runs;
+//! - revoked (cancelled, rescheduled, settled or taken back since the claim): dropped,
+//!   counted in `revoked`; the store already holds whatever the job became;
+//! - not yet due by the server's clock (a server clock that stepped back): back into the
+//!   local timer at the instant the reply shows its due time is certainly reached;
+//! - the call failed: back into the timer, checked again `RETRY` later. Retrying is safe
+//!   forever: once its lease is taken back, the token no longer matches.
+//!
+//! Each reply also carries the server's `TIME` and tightens the worker's clock bounds.
+
+use std::time::{Duration, Instant};
+
+use redis::Value;
+use shardwheel::Timer;
+use tokio::sync::mpsc;
+
+use crate::claim::{ClaimBase, Claimed, insert};
+use crate::queue::BATCH;
+use crate::scripts::SCRIPTS;
+use crate::settle::Settle;
+use crate::stats::Counters;
+use crate::worker::Shared;
+
+/// How long after a failed start call its jobs are checked again.
+const RETRY: Duration = Duration::from_millis(100);
+
+/// Most jobs the dispatcher checks in one instant (16 calls of `BATCH`).
+pub(crate) const MOST: usize = 16 * BATCH;
+
+/// Checks the start of `fired` (jobs the timer fired), returns those that may run now and
+/// puts the others back into the timer or drops them as above.
+pub(crate) async fn check(
+    shared: &Shared,
+    timer: &Timer<Claimed>,
+    settle_tx: &mpsc::UnboundedSender<Settle>,
+    fired: Vec<Claimed>,
+) -> Vec<Claimed> {
+    let shards = shared.queue.shards() as usize;
+    let mut by_shard: Vec<Vec<Claimed>> = (0..shards).map(|_| Vec::new()).collect();
+    for claimed in fired {
+        by_shard[claimed.shard as usize].push(claimed);
+    }
+    let mut chunks = Vec::new();
+    for mut jobs in by_shard {
+        while !jobs.is_empty() {
+            let rest = jobs.split_off(jobs.len().min(BATCH));
+            chunks.push(std::mem::replace(&mut jobs, rest));
+        }
+    }
+    let replies = futures_util::future::join_all(
+        chunks
+            .iter()
+            .map(|chunk| call(shared, chunk[0].shard, chunk)),
+    )
+    .await;
+    let counters = &shared.counters;
+    let mut start = Vec::new();
+    for (chunk, reply) in chunks.into_iter().zip(replies) {
+        let (base, results) = match reply {
+            Ok(reply) => reply,
+            Err(error) => {
+                counters.error("start check", &error);
+                for claimed in chunk {
+                    insert(counters, timer, settle_tx, Instant::now() + RETRY, claimed);
+                }
+                continue;
+            }
+        };
+        shared
+            .lock_clock()
+            .observe(base.sent, base.received, base.server_ns);
+        for (claimed, result) in chunk.into_iter().zip(results) {
+            match result {
+                1 => start.push(claimed),
+                2 => {
+                    let due_ns = i128::from(claimed.due_ms) * 1_000_000;
+                    let ahead = u64::try_from(due_ns - base.server_ns).unwrap_or(0);
+                    let at = base.received + Duration::from_nanos(ahead);
+                    insert(counters, timer, settle_tx, at, claimed);
+                }
+                _ => Counters::add(&counters.revoked, 1),
+            }
+        }
+    }
+    start
+}
+
+/// One `start.lua` call for `jobs` of `shard`: the server's clock and one result per job.
+async fn call(
+    shared: &Shared,
+    shard: u32,
+    jobs: &[Claimed],
+) -> Result<(ClaimBase, Vec<i64>), crate::Error> {
+    let queue = &shared.queue;
+    let mut invocation = queue
+        .keys(shard)
+        .invoke(&SCRIPTS.start, queue.shards(), queue.buckets());
+    for claimed in jobs {
+        invocation.arg(&claimed.job.id).arg(claimed.token);
+    }
+    let sent = Instant::now();
+    let reply: Vec<Value> = invocation.invoke_async(&mut queue.conn()).await?;
+    let received = Instant::now();
+    parse(reply, jobs.len())
+        .map(|(server_ns, results)| {
+            let base = ClaimBase {
+                server_ns,
+                sent,
+                received,
+            };
+            (base, results)
+        })
+        .ok_or_else(|| crate::Error::Protocol("a start reply of another shape".into()))
+}
+
+/// {TIME seconds, TIME microseconds, result per job} -> (server ns, results).
+fn parse(reply: Vec<Value>, jobs: usize) -> Option<(i128, Vec<i64>)> {
+    let ints: Vec<i64> = reply
+        .iter()
+        .map(|value| match value {
+            Value::Int(n) => Some(*n),
+            _ => None,
+        })
+        .collect::<Option<_>>()?;
+    let (time, results) = ints.split_at_checked(2)?;
+    if results.len() != jobs {
+        return None;
+    }
+    let server_ns = i128::from(time[0]) * 1_000_000_000 + i128::from(time[1]) * 1000;
+    Some((server_ns, results.to_vec()))
+}
