@@ -5,40 +5,18 @@
 mod common;
 
 use shardwheel::delay_queue::DelayQueue;
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-/// The system allocator, counting this thread's allocations.
-struct Counting;
+#[path = "common/counting_alloc.rs"]
+mod counting_alloc;
+
+use counting_alloc::allocations;
 
 thread_local! {
-    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
     /// Those made within the manual timer's `advance`.
     static ADVANCING: Cell<u64> = const { Cell::new(0) };
-}
-
-// SAFETY: every call goes to the system allocator unchanged; the count is a thread-local
-// without a destructor, which never allocates.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let _ = ALLOCATIONS.try_with(|count| count.set(count.get() + 1));
-        // SAFETY: the caller's contract, passed on.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: the caller's contract, passed on.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
-#[global_allocator]
-static GLOBAL: Counting = Counting;
-
-fn allocations() -> u64 {
-    ALLOCATIONS.with(Cell::get)
 }
 
 /// A SplitMix64 step: the workloads' random stream.
