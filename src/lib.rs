@@ -89,6 +89,7 @@
 //! tokio's, and why.
 //!
 //! ```
+//! # #[cfg(feature = "engine")] {
 //! use shardwheel::time::{self, Duration}; // was: use tokio::time::{self, Duration};
 //!
 //! # futures::executor::block_on(async {
@@ -99,6 +100,7 @@
 //!     .map_err(Into::into); // `Elapsed` converts into an `io::Error`, as tokio's
 //! assert_eq!(io.unwrap_err().kind(), std::io::ErrorKind::TimedOut);
 //! # });
+//! # }
 //! ```
 //!
 //! # Tests on a manual clock
