@@ -19,12 +19,21 @@
 //! timeout, which makes `mode=ready` several times dearer), `shardwheel::time::timeout`
 //! (tokio's shape of the same: `shardwheel-time`, which must cost no more),
 //! `pingora_timeout::timeout` (registers lazily, rounds to 10 ms, on a global
-//! timer), tokio's `tokio::time::timeout`, and no timeout at all (the runtime's own cost of
-//! the same tasks: the floor). They take turns over rounds in one process, the first in a
-//! round rotating; a first round warms the allocator and the runtime and is not counted.
+//! timer), tokio's `tokio::time::timeout`, the same on a runtime with tokio's alternative
+//! timer (`tokio-alt-timeout`: `Builder::enable_alt_timer`, per-worker wheels; tokio builds
+//! it only under `--cfg tokio_unstable`, so this peer is there only in a bench built with
+//! `RUSTFLAGS="--cfg tokio_unstable"`, see benches/README.md), and no timeout at all (the
+//! runtime's own cost of the same tasks: the floor). They take turns over rounds in one
+//! process, the first in a round rotating; a first round warms the allocator and the
+//! runtime and is not counted.
 //! Rates (`ops_per_s`, timed from the first task's start to the last task's end) are
 //! medians over the rounds, ratios (`vs_<peer>`, of rates) medians of per-round ratios, so
-//! that a change of load between rounds moves both sides of a ratio. `cpu_ns_per_op` is the
+//! that a change of load between rounds moves both sides of a ratio. A round's two turns
+//! are compared only if other processes took about as much CPU during both (within a
+//! quarter of a core, beyond the kernel's tick counts' error; `unpaired=` counts the pairs
+//! left out): each round prints its load average and that CPU per turn as a comment.
+//! `over_floor_ns` is what a timeout adds to the floor's time per operation (1e9 /
+//! `ops_per_s`), the median over the same rounds. `cpu_ns_per_op` is the
 //! CPU time of the whole process per operation (Linux; all threads: the workers, shardwheel's
 //! reapers, Pingora's clock thread), another view of the same rounds: on a loaded machine
 //! an implementation with more threads gets a larger share of the cores, which a rate
@@ -50,7 +59,7 @@
 
 mod common;
 
-use common::{SplitMix64, load_average, median, percentile};
+use common::{Others, SplitMix64, load_average, median, percentile};
 use mimalloc::MiMalloc;
 use shardwheel::Timer;
 use std::future::{Future, pending};
@@ -176,6 +185,25 @@ impl Timeouts for TokioTimeout {
     }
 }
 
+/// `tokio::time::timeout` on a runtime with tokio's alternative timer
+/// (`Builder::enable_alt_timer`, per-worker wheels, a timer registered on its first poll):
+/// built only with `RUSTFLAGS="--cfg tokio_unstable"`, as tokio requires.
+#[cfg(tokio_unstable)]
+struct TokioAltTimeout;
+
+#[cfg(tokio_unstable)]
+impl Timeouts for TokioAltTimeout {
+    const NAME: &'static str = "tokio-alt-timeout";
+
+    fn new() -> Self {
+        TokioAltTimeout
+    }
+
+    async fn timeout<F: Future + Send>(&self, limit: Duration, work: F) -> Option<F::Output> {
+        tokio::time::timeout(limit, work).await.ok()
+    }
+}
+
 /// The same tasks with no timeout: what the runtime itself costs.
 struct NoTimeout;
 
@@ -198,15 +226,19 @@ enum Impl {
     ShardwheelTime,
     Pingora,
     Tokio,
+    #[cfg(tokio_unstable)]
+    TokioAlt,
     None,
 }
 
 impl Impl {
-    const ALL: [Impl; 5] = [
+    const ALL: &[Impl] = &[
         Impl::Shardwheel,
         Impl::ShardwheelTime,
         Impl::Pingora,
         Impl::Tokio,
+        #[cfg(tokio_unstable)]
+        Impl::TokioAlt,
         Impl::None,
     ];
 
@@ -216,17 +248,52 @@ impl Impl {
             Impl::ShardwheelTime => ShardwheelTime::NAME,
             Impl::Pingora => PingoraTimeout::NAME,
             Impl::Tokio => TokioTimeout::NAME,
+            #[cfg(tokio_unstable)]
+            Impl::TokioAlt => TokioAltTimeout::NAME,
             Impl::None => NoTimeout::NAME,
         }
     }
 
-    fn round<W: Workload>(self, runtime: &Runtime, workload: W) -> Round<W::Outcome> {
+    fn round<W: Workload>(self, runtimes: &Runtimes, workload: W) -> Round<W::Outcome> {
+        let runtime = &runtimes.default;
         match self {
             Impl::Shardwheel => round::<Shardwheel, W>(runtime, workload),
             Impl::ShardwheelTime => round::<ShardwheelTime, W>(runtime, workload),
             Impl::Pingora => round::<PingoraTimeout, W>(runtime, workload),
             Impl::Tokio => round::<TokioTimeout, W>(runtime, workload),
+            #[cfg(tokio_unstable)]
+            Impl::TokioAlt => round::<TokioAltTimeout, W>(&runtimes.alt, workload),
             Impl::None => round::<NoTimeout, W>(runtime, workload),
+        }
+    }
+}
+
+/// The runtimes the implementations run on, each with 2 workers: tokio's default timer's,
+/// where all but one run, and, built with `--cfg tokio_unstable`, one with tokio's
+/// alternative timer for its peer. The idle one's workers stay parked.
+struct Runtimes {
+    default: Runtime,
+    #[cfg(tokio_unstable)]
+    alt: Runtime,
+}
+
+impl Runtimes {
+    fn new() -> Self {
+        let build = |alt: bool| {
+            let mut builder = tokio::runtime::Builder::new_multi_thread();
+            builder.worker_threads(2).enable_time();
+            #[cfg(tokio_unstable)]
+            if alt {
+                builder.enable_alt_timer();
+            }
+            #[cfg(not(tokio_unstable))]
+            let _ = alt;
+            builder.build().expect("runtime")
+        };
+        Runtimes {
+            default: build(false),
+            #[cfg(tokio_unstable)]
+            alt: build(true),
         }
     }
 }
@@ -257,6 +324,10 @@ struct Round<O> {
     cpu_ns_per_op: f64,
     outcomes: Vec<O>,
     timers: Option<u64>,
+    /// Cores' worth of CPU other processes used during the round, and that figure's
+    /// error (see `Others`).
+    others: f64,
+    others_resolution: f64,
 }
 
 /// Spawns the workload's tasks on `runtime` and waits for them all. The rate counts from
@@ -264,6 +335,7 @@ struct Round<O> {
 /// well under a millisecond, of which waking a worker for the spawn would be a good part.
 fn round<T: Timeouts, W: Workload>(runtime: &Runtime, workload: W) -> Round<W::Outcome> {
     let timeouts = Arc::new(T::new());
+    let others = Others::start();
     let cpu = process_cpu();
     let tasks: Vec<_> = (0..workload.tasks())
         .map(|task| {
@@ -288,11 +360,14 @@ fn round<T: Timeouts, W: Workload>(runtime: &Runtime, workload: W) -> Round<W::O
     });
     let elapsed = last.expect("tasks") - first.expect("tasks");
     let cpu = process_cpu() - cpu;
+    let (others, others_resolution) = (others.cores(), others.resolution());
     Round {
         per_s: workload.operations() as f64 / elapsed.as_secs_f64(),
         cpu_ns_per_op: cpu.as_nanos() as f64 / workload.operations() as f64,
         outcomes,
         timers: timeouts.timers(),
+        others,
+        others_resolution,
     }
 }
 
@@ -317,24 +392,50 @@ fn process_cpu() -> Duration {
 struct Measured<O>(Vec<(Impl, Vec<Round<O>>)>);
 
 /// Runs `workload` on `impls`, taking turns over `rounds` counted rounds (after a warm-up
-/// round); the implementation that goes first rotates from round to round.
+/// round); the implementation that goes first rotates from round to round. Prints, as a
+/// comment, each counted round's load average at its start and the CPU other processes
+/// took during each implementation's turn (in cores).
 fn measure<W: Workload>(
-    runtime: &Runtime,
+    runtimes: &Runtimes,
+    label: &str,
     workload: W,
     impls: &[Impl],
     rounds: usize,
 ) -> Measured<W::Outcome> {
     let mut measured: Vec<_> = impls.iter().map(|&i| (i, Vec::new())).collect();
     for r in 0..=rounds {
+        let load = load_average();
         for k in 0..measured.len() {
             let (implementation, done) = &mut measured[(r + k) % impls.len()];
-            let round = implementation.round(runtime, workload);
+            let round = implementation.round(runtimes, workload);
             if r > 0 {
                 done.push(round);
             }
         }
+        if r > 0 {
+            let others: Vec<String> = measured
+                .iter()
+                .map(|(i, done)| format!("{} {:.2}", i.name(), done[r - 1].others))
+                .collect();
+            let load = load.split(' ').next().unwrap_or("?");
+            println!(
+                "# {label} round {r}: load average {load}, other processes' cores: {}",
+                others.join(", ")
+            );
+        }
     }
     Measured(measured)
+}
+
+/// How far apart (in cores' worth of other processes' CPU, beyond the readings' own
+/// error) two turns of a round may be and still be compared: a ratio of rates is a
+/// ratio of the two implementations only if the machine was as busy with other work
+/// during both.
+const SAME_LOAD: f64 = 0.25;
+
+/// Whether rounds `a` and `b` ran under the same load (see `SAME_LOAD`).
+fn same_load<O>(a: &Round<O>, b: &Round<O>) -> bool {
+    (a.others - b.others).abs() <= SAME_LOAD + a.others_resolution + b.others_resolution
 }
 
 impl<O> Measured<O> {
@@ -352,26 +453,50 @@ impl<O> Measured<O> {
         )
     }
 
-    /// Prints `RESULT <label> shardwheel vs_<peer>=..` for each peer measured beside it.
+    /// Prints `RESULT <label> shardwheel vs_<peer>=..` for each peer measured beside it:
+    /// the median of the per-round ratios, over the rounds whose two turns ran under the
+    /// same load (`same_load`); `unpaired=` counts the pairs left out, and a peer with no
+    /// pair left has no ratio (`vs_<peer>=none`). Beside the floor's ratio,
+    /// `over_floor_ns=`: the median over the same rounds of the time per operation a
+    /// timeout adds to the floor's (of the rate, so over both workers: 1e9 / ops_per_s).
     fn print_ratios(&self, label: &str) {
         let Some((_, ours)) = self.each().find(|(i, _)| *i == Impl::Shardwheel) else {
             return;
         };
+        let mut unpaired = 0;
         let ratios: Vec<String> = self
             .each()
             .filter(|(i, _)| *i != Impl::Shardwheel)
             .map(|(peer, theirs)| {
-                let ratio = median(
-                    ours.iter()
-                        .zip(theirs)
-                        .map(|(a, b)| a.per_s / b.per_s)
-                        .collect(),
-                );
-                format!("vs_{}={ratio:.2}", peer.name())
+                let paired: Vec<f64> = ours
+                    .iter()
+                    .zip(theirs)
+                    .filter(|(a, b)| same_load(a, b))
+                    .map(|(a, b)| a.per_s / b.per_s)
+                    .collect();
+                unpaired += ours.len() - paired.len();
+                if paired.is_empty() {
+                    return format!("vs_{}=none", peer.name());
+                }
+                let ratio = format!("vs_{}={:.2}", peer.name(), median(paired));
+                if peer != Impl::None {
+                    return ratio;
+                }
+                // What a timeout adds to the floor's time per operation, in the same rounds.
+                let over: Vec<f64> = ours
+                    .iter()
+                    .zip(theirs)
+                    .filter(|(a, b)| same_load(a, b))
+                    .map(|(a, b)| 1e9 / a.per_s - 1e9 / b.per_s)
+                    .collect();
+                format!("{ratio} over_floor_ns={:.1}", median(over))
             })
             .collect();
         if !ratios.is_empty() {
-            println!("RESULT {label} shardwheel {}", ratios.join(" "));
+            println!(
+                "RESULT {label} shardwheel {} unpaired={unpaired}",
+                ratios.join(" ")
+            );
         }
     }
 }
@@ -432,9 +557,9 @@ impl Workload for W3Async {
     }
 }
 
-fn w3_async(runtime: &Runtime, impls: &[Impl]) {
+fn w3_async(runtimes: &Runtimes, impls: &[Impl]) {
     let label = "W3-async T=2";
-    let measured = measure(runtime, W3Async, impls, ROUNDS);
+    let measured = measure(runtimes, label, W3Async, impls, ROUNDS);
     for (implementation, rounds) in measured.each() {
         let mut late: Vec<u64> = rounds
             .iter()
@@ -507,14 +632,14 @@ impl Workload for W7 {
     }
 }
 
-fn w7(runtime: &Runtime, workload: W7, impls: &[Impl]) {
+fn w7(runtimes: &Runtimes, workload: W7, impls: &[Impl]) {
     let label = format!("W7 T={} mode={}", workload.tasks, workload.mode());
     let rounds = if workload.tasks == 1 {
         ROUNDS_ONE_TASK
     } else {
         ROUNDS
     };
-    let measured = measure(runtime, workload, impls, rounds);
+    let measured = measure(runtimes, &label, workload, impls, rounds);
     for (implementation, rounds) in measured.each() {
         let mut timers = Vec::new();
         for round in rounds {
@@ -549,14 +674,11 @@ fn w7(runtime: &Runtime, workload: W7, impls: &[Impl]) {
 fn main() {
     let started = Instant::now();
     println!("# load average at start: {}", load_average());
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_time()
-        .build()
-        .expect("runtime");
+    let runtimes = Runtimes::new();
     let only = std::env::var("FUTURES_ONLY").unwrap_or_default();
     let impls: Vec<Impl> = Impl::ALL
-        .into_iter()
+        .iter()
+        .copied()
         .filter(|i| only.is_empty() || only == i.name())
         .collect();
     assert!(
@@ -571,13 +693,13 @@ fn main() {
                 .any(|p| part == p || part.starts_with(&format!("{p}:")))
     };
     if runs("W3-async") {
-        w3_async(&runtime, &impls);
+        w3_async(&runtimes, &impls);
     }
     for tasks in [64, 1] {
         for yield1 in [false, true] {
             let workload = W7 { tasks, yield1 };
             if runs(&format!("W7:{tasks}:{}", workload.mode())) {
-                w7(&runtime, workload, &impls);
+                w7(&runtimes, workload, &impls);
             }
         }
     }
