@@ -2,6 +2,8 @@
 //! struct across `.await`s in a spawned task; the rule for when a deadline is fixed; a
 //! manual timer's `Instant`-based calls, which follow its own time and not the real one.
 
+mod common;
+
 use shardwheel::{Sleep, Timeout, TimeoutError, Timer};
 use std::future::{Future, Pending, pending};
 use std::pin::Pin;
@@ -30,11 +32,7 @@ struct Connection {
 #[test]
 fn a_sleep_and_a_timeout_live_in_a_struct_across_awaits_in_a_spawned_task() {
     fn send_sync_static<T: Send + Sync + 'static>(_: &T) {}
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_time()
-        .build()
-        .unwrap();
+    let runtime = common::tokio_runtime();
     let timer = Timer::builder().shards(2).build().unwrap();
     let connection = Connection {
         idle: timer.sleep(ms(30)),

@@ -2,6 +2,8 @@
 //! stopped taking them, a timer shut down or dropped on one of its own reapers, and the
 //! bounds and names that must hold over a timer's whole life.
 
+mod common;
+
 use shardwheel::{Period, ScheduleError, Timer};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, mpsc};
@@ -236,11 +238,7 @@ fn max_pending_bounds_the_whole_timer_whichever_threads_schedule() {
 #[test]
 fn a_shutdown_ends_pending_sleeps_and_timeouts_and_hands_back_only_closures() {
     const TASKS: usize = 1_000;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_time()
-        .build()
-        .unwrap();
+    let runtime = common::tokio_runtime();
     let timer = Timer::builder().shards(2).build().unwrap();
     let drops = Arc::new(AtomicUsize::new(0));
     timer.schedule(ms(60_000), counted(&drops)).unwrap();

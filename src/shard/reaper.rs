@@ -16,6 +16,14 @@ use crate::sync::{self, Ordering};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::Duration;
 
+/// The two lists of slots a reaper takes whole: timers newly arrived (the inbox, linked
+/// by `link`) and cancels and resets (the changes list, linked by `change_link`).
+#[derive(Clone, Copy)]
+pub(super) enum List {
+    Arrivals,
+    Changes,
+}
+
 impl<T> Shard<T> {
     /// The reaper: runs until `stop`, calling `handler` for every timer that comes due, and
     /// returns the payloads of the timers still pending then. `siblings`, the timer's
@@ -190,8 +198,8 @@ impl<T> Shard<T> {
         self.wakeup.take_urgent();
         let changes = self.changes.take_all();
         let arrivals = self.inbox.take_all();
-        let arrived = self.arrive(due, arrivals, &mut freed, &mut catch_up);
-        let mut changed = self.apply_changes(due, changes, &mut freed, &mut catch_up);
+        let arrived = self.walk(List::Arrivals, due, arrivals, &mut freed, &mut catch_up);
+        let mut changed = self.walk(List::Changes, due, changes, &mut freed, &mut catch_up);
         // The stages last: a change may have asked for them all. Those holding a timer
         // already due come in now; the reaper wakes for the others (see `stage`).
         let mut arrived =
@@ -201,7 +209,7 @@ impl<T> Shard<T> {
             // A cancel taken from a stage may be of a timer pushed on the inbox since the
             // look above (see `staged`): another look first.
             let arrivals = self.inbox.take_all();
-            arrived += self.arrive(due, arrivals, &mut freed, &mut catch_up);
+            arrived += self.walk(List::Arrivals, due, arrivals, &mut freed, &mut catch_up);
             changed += self.apply_cancels(due, &mut freed, &mut catch_up);
         }
         catch_up(due, &mut freed);
@@ -310,27 +318,41 @@ impl<T> Shard<T> {
             && !self.stopping.load(Ordering::Relaxed)
     }
 
-    /// Links newly arrived timers into the wheel, except those cancelled on the way, with
-    /// `between` after every `BATCH` of them; returns how many arrived.
-    pub(super) fn arrive(
+    /// Walks `list` from its first slot `at`: links each newly arrived timer into the wheel
+    /// (except those cancelled on the way, see `arrive_slot`), or applies each cancel and
+    /// reset (`apply_change`), with `between` after every `BATCH` of them; returns how many
+    /// it took.
+    pub(super) fn walk(
         &self,
+        list: List,
         due: &mut Due,
         mut at: u32,
         freed: &mut Freed,
         between: &mut dyn FnMut(&mut Due, &mut Freed),
     ) -> u64 {
-        let mut arrived = 0;
+        let mut taken = 0;
         while at != NIL {
-            arrived += 1;
-            if arrived % BATCH == 0 {
+            taken += 1;
+            if taken % BATCH == 0 {
                 between(due, freed);
             }
             let slot = self.slot(at);
-            let next = slot.link.load(Ordering::Relaxed);
-            self.arrive_slot(due, at, slot, freed);
-            at = next;
+            // Relaxed: a link was written before its slot's push, which `take_all`'s
+            // Acquire made visible.
+            match list {
+                List::Arrivals => {
+                    let next = slot.link.load(Ordering::Relaxed);
+                    self.arrive_slot(due, at, slot, freed);
+                    at = next;
+                }
+                List::Changes => {
+                    let next = slot.change_link.load(Ordering::Relaxed);
+                    self.apply_change(due, at, slot, freed);
+                    at = next;
+                }
+            }
         }
-        arrived
+        taken
     }
 
     /// Takes in a timer that arrived, from the inbox or a stage: links it into the wheel,
@@ -358,29 +380,6 @@ impl<T> Shard<T> {
             // its change moves the timer once it lands.
             self.place_at_deadline(due, index, slot);
         }
-    }
-
-    /// Applies the cancels and resets on the changes list, with `between` after every
-    /// `BATCH` of them; returns how many changes it took.
-    pub(super) fn apply_changes(
-        &self,
-        due: &mut Due,
-        mut at: u32,
-        freed: &mut Freed,
-        between: &mut dyn FnMut(&mut Due, &mut Freed),
-    ) -> u64 {
-        let mut changed = 0;
-        while at != NIL {
-            changed += 1;
-            if changed % BATCH == 0 {
-                between(due, freed);
-            }
-            let slot = self.slot(at);
-            let next = slot.change_link.load(Ordering::Relaxed);
-            self.apply_change(due, at, slot, freed);
-            at = next;
-        }
-        changed
     }
 
     /// Applies the cancels taken from the stages (`due.cancels`), with `between` after

@@ -7,6 +7,7 @@
 //! were held at.
 
 use super::Shard;
+use super::reaper::List;
 use crate::due::Due;
 use crate::slots::{self, Freed, PENDING, RESETTING};
 use crate::sync::{self, Ordering};
@@ -44,8 +45,8 @@ impl<T> Shard<T> {
         self.close_stages(due, freed);
         let changes = self.changes.close();
         let arrivals = self.inbox.close();
-        self.arrive(due, arrivals, freed, &mut |_, _| {});
-        self.apply_changes(due, changes, freed, &mut |_, _| {});
+        self.walk(List::Arrivals, due, arrivals, freed, &mut |_, _| {});
+        self.walk(List::Changes, due, changes, freed, &mut |_, _| {});
         // The cancels the stages held, now that the inbox's last timers are in.
         self.apply_cancels(due, freed, &mut |_, _| {});
     }

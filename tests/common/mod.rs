@@ -14,6 +14,16 @@ pub fn timer(shards: usize) -> Timer {
     Timer::builder().shards(shards).build().expect("timer")
 }
 
+/// A tokio multi-thread runtime with 2 workers and tokio's own timer enabled (for tests
+/// that put shardwheel's futures beside tokio's).
+pub fn tokio_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_time()
+        .build()
+        .expect("tokio runtime")
+}
+
 /// Waits until `done` holds, for at most `limit`; whether it did.
 pub fn wait_for(limit: Duration, done: impl Fn() -> bool) -> bool {
     let start = Instant::now();
