@@ -65,6 +65,7 @@ thread_local! {
     static PRODUCER: Producer = const {
         Producer {
             turn: Cell::new(None),
+            home: Cell::new((0, 0)),
             scheduled: Cell::new(0),
             stages: RefCell::new(ManuallyDrop::new(Vec::new())),
         }
@@ -77,6 +78,9 @@ thread_local! {
 struct Producer {
     /// This thread's shard, modulo the shard count: assigned once, kept after.
     turn: Cell<Option<usize>>,
+    /// The last shard count asked for and this thread's shard among that many (`turn`
+    /// modulo it); `(0, 0)` until the first (no timer has zero shards).
+    home: Cell<(usize, usize)>,
     /// Timers this thread scheduled, modulo 2^32: it looks for a waiting reaper every
     /// `LOOK_EVERY`.
     scheduled: Cell<u32>,
@@ -123,10 +127,25 @@ fn producer<R>(f: impl FnOnce(&Producer) -> R) -> R {
 }
 
 impl Producer {
-    /// This thread's shard among `shards`.
+    /// This thread's shard among `shards`: its turn modulo `shards`, kept for the last
+    /// count asked for. The division is taken out of the schedule: its result decides
+    /// which shard every later load of the schedule reads, so the tens of cycles of a
+    /// `div` would stand on the schedule's critical path each time.
     #[inline]
     fn shard(&self, shards: usize) -> usize {
-        self.turn.get().unwrap_or_else(|| self.take_turn()) % shards
+        match self.home.get() {
+            (among, shard) if among == shards => shard,
+            _ => self.home_among(shards),
+        }
+    }
+
+    /// `shard` for a count other than the last one asked for.
+    #[cold]
+    #[inline(never)]
+    fn home_among(&self, shards: usize) -> usize {
+        let shard = self.turn.get().unwrap_or_else(|| self.take_turn()) % shards;
+        self.home.set((shards, shard));
+        shard
     }
 
     /// Counts a timer this thread scheduled; true once every `LOOK_EVERY`.
@@ -181,7 +200,10 @@ impl Producer {
 /// from now on, rather than on the next shard in turn: a reaper keeps to its own, so that
 /// a callback's timers stay on its core and the producers' turns stay spread.
 pub(crate) fn keep_to_shard(index: usize) {
-    producer(|producer| producer.turn.set(Some(index)));
+    producer(|producer| {
+        producer.turn.set(Some(index));
+        producer.home.set((0, 0));
+    });
 }
 
 impl<T: Send + 'static> Scheduler<T> {
@@ -382,6 +404,29 @@ mod tests {
         assert_eq!(stages.len(), 1, "one stage for the thread's shard of the timer");
         assert!(stages[0].is_gone(), "let go of as the thread exited");
         assert_eq!(timer.pending(), 2, "its timers stay");
+    }
+
+    #[test]
+    fn a_thread_schedules_on_its_turn_modulo_each_timers_shards_and_follows_a_new_turn() {
+        let three = crate::Timer::builder().shards(3).manual().build().unwrap();
+        let two = crate::Timer::builder().shards(2).manual().build().unwrap();
+        thread::spawn(move || {
+            let on = |timer: &crate::Timer| {
+                let handle = timer.schedule(Duration::from_secs(1), || {}).unwrap();
+                timer.scheduler().shard_index(handle)
+            };
+            keep_to_shard(4);
+            assert_eq!(on(&three), 1);
+            assert_eq!(on(&two), 0);
+            assert_eq!(on(&two), 0);
+            assert_eq!(on(&three), 1);
+            // A new turn replaces what was kept for the last count asked for.
+            keep_to_shard(5);
+            assert_eq!(on(&three), 2);
+            assert_eq!(on(&two), 1);
+        })
+        .join()
+        .unwrap();
     }
 }
 
