@@ -96,19 +96,22 @@ pub(super) fn w1() {
     ];
     for pending in [1_000, 1_000_000] {
         let probe = Probe::leak(0);
-        let rates = take_turns(W1_ROUNDS, runs.map(|run| run.1), pending, [probe; 4]);
-        for ((name, _), rates) in runs.iter().zip(&rates) {
+        let label = format!("W1 P={pending}");
+        let turns = take_turns(&label, W1_ROUNDS, &runs, pending, [probe; 4]);
+        let (rates, same) = (&turns.figures, &turns.same_load);
+        for ((name, _), rates) in runs.iter().zip(rates) {
             println!(
                 "RESULT W1 P={pending} {name} iters_per_s={:.0}",
                 median(rates.clone())
             );
         }
         println!(
-            "RESULT W1 P={pending} shardwheel vs_tokio-sleep={:.2} vs_tokio-sleep_over_floor={:.2} exact_deadlines_cost_pct={:.1} fired_before_cancel={}",
-            paired(&rates[0], &rates[2]),
-            over_floor(&rates[0], &rates[2], &rates[3]),
-            100.0 * (1.0 - paired(&rates[0], &rates[1])),
+            "RESULT W1 P={pending} shardwheel vs_tokio-sleep={:.2} vs_tokio-sleep_over_floor={:.2} exact_deadlines_cost_pct={:.1} fired_before_cancel={} {}",
+            paired(&rates[0], &rates[2], same),
+            over_floor(&rates[0], &rates[2], &rates[3], same),
+            100.0 * (1.0 - paired(&rates[0], &rates[1], same)),
             probe.unexpected.load(Relaxed),
+            turns.same_load_rounds(),
         );
     }
 }

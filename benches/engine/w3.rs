@@ -164,12 +164,19 @@ pub(super) fn w3() {
     ];
     for threads in [1, 2] {
         let probes = runs.map(|_| Probe::leak(W3_FIRES));
-        let figures = take_turns(W3_ROUNDS, runs.map(|run| run.1), threads, probes);
+        let turns = take_turns(
+            &format!("{workload} T={threads}"),
+            W3_ROUNDS,
+            &runs,
+            threads,
+            probes,
+        );
+        let (figures, same) = (&turns.figures, &turns.same_load);
         let rates = figures
             .each_ref()
             .map(|figures| figures.iter().map(|f| f.rate).collect::<Vec<_>>());
         for ((name, _), ((rates, figures), probe)) in
-            runs.iter().zip(rates.iter().zip(&figures).zip(probes))
+            runs.iter().zip(rates.iter().zip(figures).zip(probes))
         {
             if *name == NoTimer::NAME {
                 let rate = median(rates.clone());
@@ -194,11 +201,12 @@ pub(super) fn w3() {
             );
         }
         println!(
-            "RESULT {workload} T={threads} shardwheel vs_tokio-sleep={:.2} vs_tokio-sleep_over_floor={:.2} lateness_recording_cost_pct={:.1} exact_deadlines_cost_pct={:.1}",
-            paired(&rates[0], &rates[2]),
-            over_floor(&rates[0], &rates[2], &rates[4]),
-            100.0 * (1.0 - paired(&rates[0], &rates[1])),
-            100.0 * (1.0 - paired(&rates[0], &rates[3])),
+            "RESULT {workload} T={threads} shardwheel vs_tokio-sleep={:.2} vs_tokio-sleep_over_floor={:.2} lateness_recording_cost_pct={:.1} exact_deadlines_cost_pct={:.1} {}",
+            paired(&rates[0], &rates[2], same),
+            over_floor(&rates[0], &rates[2], &rates[4], same),
+            100.0 * (1.0 - paired(&rates[0], &rates[1], same)),
+            100.0 * (1.0 - paired(&rates[0], &rates[3], same)),
+            turns.same_load_rounds(),
         );
     }
 }
@@ -299,7 +307,8 @@ pub(super) fn w3_slack() {
     ];
     for threads in [1, 2] {
         let probes = runs.map(|_| Probe::leak(W3_FIRES));
-        let figures = take_turns(W3_ROUNDS, runs.map(|run| run.1), threads, probes);
+        let label = format!("W3-slack T={threads}");
+        let figures = take_turns(&label, W3_ROUNDS, &runs, threads, probes).figures;
         let per_second = |figures: &[W3Figures], of: fn(&W3Figures) -> f64| {
             median(
                 figures
