@@ -43,7 +43,7 @@ mod w1;
 #[path = "engine/w3.rs"]
 mod w3;
 
-use common::{Others, SplitMix64, load_average, median, percentile};
+use common::{Others, SplitMix64, load_average, median, percentile, process_cpu};
 use mimalloc::MiMalloc;
 use shardwheel::{Timer, TimerHandle};
 use std::future::Future;
@@ -481,18 +481,6 @@ fn take_turns<R, const N: usize>(
         );
     }
     Turns { figures, same_load }
-}
-
-/// CPU time this process's threads have used, from the kernel's per-thread accounting.
-fn process_cpu() -> Duration {
-    let tasks = std::fs::read_dir("/proc/self/task").expect("/proc/self/task");
-    let nanos: u64 = tasks
-        .filter_map(|task| {
-            let stat = std::fs::read_to_string(task.ok()?.path().join("schedstat")).ok()?;
-            stat.split_whitespace().next()?.parse::<u64>().ok()
-        })
-        .sum();
-    Duration::from_nanos(nanos)
 }
 
 const W5_TIMERS: usize = 1_000_000;

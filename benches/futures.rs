@@ -59,7 +59,7 @@
 
 mod common;
 
-use common::{Others, SplitMix64, load_average, median, percentile};
+use common::{Others, SplitMix64, load_average, median, percentile, process_cpu};
 use mimalloc::MiMalloc;
 use shardwheel::Timer;
 use std::future::{Future, pending};
@@ -369,23 +369,6 @@ fn round<T: Timeouts, W: Workload>(runtime: &Runtime, workload: W) -> Round<W::O
         others,
         others_resolution,
     }
-}
-
-/// The CPU time the process has used, all threads (zero off Linux).
-fn process_cpu() -> Duration {
-    #[cfg(target_os = "linux")]
-    {
-        let mut now = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: `now` is a valid timespec to write; the clock exists on every Linux.
-        let status = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut now) };
-        assert_eq!(status, 0, "clock_gettime");
-        Duration::new(now.tv_sec as u64, now.tv_nsec as u32)
-    }
-    #[cfg(not(target_os = "linux"))]
-    Duration::ZERO
 }
 
 /// One part's rounds, per implementation.
