@@ -43,7 +43,8 @@ mod w1;
 #[path = "engine/w3.rs"]
 mod w3;
 
-use common::{Others, SplitMix64, load_average, median, percentile, process_cpu};
+use common::cpu::{Others, process_cpu};
+use common::{SplitMix64, load_average, median, percentile};
 use mimalloc::MiMalloc;
 use shardwheel::{Timer, TimerHandle};
 use std::future::Future;

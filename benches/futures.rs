@@ -59,7 +59,8 @@
 
 mod common;
 
-use common::{Others, SplitMix64, load_average, median, percentile, process_cpu};
+use common::cpu::{Others, process_cpu};
+use common::{SplitMix64, load_average, median, percentile};
 use mimalloc::MiMalloc;
 use shardwheel::Timer;
 use std::future::{Future, pending};
