@@ -47,8 +47,9 @@ pub(crate) struct Inner {
 /// At-least-once: once [`schedule`](Self::schedule) returns `Ok`, the job runs at or after
 /// its due time by the server's clock until one run is acknowledged, each run under one live
 /// lease at a time; it runs again only if a worker dies, stalls past its lease or fails it.
-/// A cancel or reschedule applied before the job's run starts (at its due time, checked on
-/// the server) is obeyed, even for a job a worker has already claimed.
+/// A cancel or reschedule applied on the server before the job's due time is obeyed, even
+/// for a job a worker has already claimed: a claimed job starts only if its claim is still
+/// intact at its due time, checked on the server.
 ///
 /// # Examples
 ///
@@ -275,7 +276,8 @@ impl Queue {
     /// # async fn run(queue: shardwheel_redis::Queue) -> Result<(), shardwheel_redis::Error> {
     /// use shardwheel_redis::Cancelled;
     /// if queue.cancel("welcome-42").await? == Cancelled::Started {
-    ///     // Too late: its run had begun (and goes on; its ack is refused).
+    ///     // Too late to be sure: its run may have begun (and then goes on; its ack is
+    ///     // refused).
     /// }
     /// # Ok(()) }
     /// ```
