@@ -40,7 +40,10 @@ pub(crate) struct Inner {
     pub(crate) keys: Vec<ShardKeys>,
 }
 
-/// A durable queue of delayed jobs in Redis. Cheap to clone; all clones share one connection.
+/// A durable queue of delayed jobs in Redis. Cheap to clone; all clones share its two
+/// connections: one for every call but the workers' start checks, which have the other to
+/// themselves, so that a check does not wait behind the claims and acknowledgements
+/// pipelined on the first (the server serves connections in turn, each in order).
 ///
 /// # Guarantee
 ///
@@ -67,6 +70,7 @@ pub(crate) struct Inner {
 #[derive(Clone)]
 pub struct Queue {
     conn: Conn,
+    checks: Conn,
     inner: Arc<Inner>,
 }
 
@@ -90,8 +94,12 @@ impl Queue {
         QueueBuilder::new(name)
     }
 
-    pub(crate) fn new(conn: Conn, inner: Arc<Inner>) -> Self {
-        Queue { conn, inner }
+    pub(crate) fn new([conn, checks]: [Conn; 2], inner: Arc<Inner>) -> Self {
+        Queue {
+            conn,
+            checks,
+            inner,
+        }
     }
 
     /// Connects to the queue `name` on one server with the default options.
@@ -133,6 +141,11 @@ impl Queue {
 
     pub(crate) fn conn(&self) -> Conn {
         self.conn.clone()
+    }
+
+    /// The connection of the workers' start checks (`start`), which nothing else uses.
+    pub(crate) fn checks_conn(&self) -> Conn {
+        self.checks.clone()
     }
 
     pub(crate) fn keys(&self, shard: u32) -> &ShardKeys {
