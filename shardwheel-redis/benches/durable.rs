@@ -22,8 +22,9 @@
 //! all delivered), a probe (`durable_parts/probe.rs`) on a connection and a thread of its
 //! own sends a trivial command (`TIME` and `PING` in turn) with a 1 ms pause after each
 //! reply, and the RESULT line ends with its round trips: `server_rtt_p50_ms`,
-//! `server_rtt_p99_ms`, `server_rtt_max_ms`. That is how long the server, busy with the
-//! workload, takes to get to one more client's command: a design that must hear from the
+//! `server_rtt_p99_ms`, `server_rtt_max_ms` (weighed by time, as the jobs' due times are:
+//! see the probe's module doc). That is how long the server, busy with the workload, takes
+//! to get to one more client's command: a design that must hear from the
 //! server after a job's due time (a start check then) cannot deliver that job sooner, so
 //! these figures are the floor under its lateness. Notes split them by command and, for
 //! D1, into the scheduling phase and the rest (beside the lateness of the jobs due then),

@@ -10,6 +10,14 @@
 //! thousand trivial commands a second, nothing beside the workload's. Each sample keeps when it was sent (Unix µs) and its round trip;
 //! a `TIME` sample also keeps how long after its sending the server ran it (the same
 //! machine, one clock), the part of the round trip spent before the server got to it.
+//!
+//! The RESULT figures weigh time, not commands, as the jobs' due times do: while the probe
+//! waits 300 ms for a reply it sends nothing, so a stall would count once among hundreds of
+//! quick replies. Each round trip is recorded as a command sent every millisecond would
+//! have seen it (hdrhistogram's `record_correct` with a 1 ms interval: a reply after 300 ms
+//! also stands for the commands that would have been sent 1, 2, ... ms later and waited
+//! 299, 298, ... ms), which is what a start check sent at a due time falling in that stall
+//! would have waited at least. The notes' per-command figures are the raw round trips.
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -87,34 +95,49 @@ impl Probe {
 pub(super) struct Samples(Vec<Sample>);
 
 impl Samples {
-    /// The histogram (µs) of `value` over the samples sent `during` (Unix µs) that have one.
+    /// The histogram (µs) of `value` over the samples sent `during` (Unix µs) that have one;
+    /// `by_time`: weighed by time (see the module doc), else one count a sample.
     fn histogram(
         &self,
         during: &Range<u64>,
+        by_time: bool,
         value: impl Fn(&Sample) -> Option<u64>,
     ) -> Histogram<u64> {
         let mut histogram = histogram();
         for sample in self.0.iter().filter(|s| during.contains(&s.sent_us)) {
             if let Some(us) = value(sample) {
-                histogram.saturating_record(us.max(1));
+                let us = us.clamp(1, histogram.high());
+                if by_time {
+                    let interval = PAUSE.as_micros() as u64;
+                    histogram.record_correct(us, interval).unwrap();
+                } else {
+                    histogram.saturating_record(us);
+                }
             }
         }
         histogram
     }
 
     /// `server_rtt_p50_ms=.. server_rtt_p99_ms=.. server_rtt_max_ms=..` of the round trips
-    /// sent `during` (Unix µs), both commands.
+    /// sent `during` (Unix µs), both commands, weighed by time.
     pub(super) fn figures(&self, during: Range<u64>) -> String {
-        quantiles("server_rtt", &self.histogram(&during, |s| Some(s.rtt_us)))
+        let rtt = self.histogram(&during, true, |s| Some(s.rtt_us));
+        quantiles("server_rtt", &rtt)
     }
 
-    /// The same, per command, with how long after its sending the server ran each `TIME`.
+    /// The same weighed by time, then the raw round trips per command, with how long after
+    /// its sending the server ran each `TIME`.
     pub(super) fn detail(&self, during: Range<u64>) -> String {
-        let time = self.histogram(&during, |s| s.ran_after_us.is_some().then_some(s.rtt_us));
-        let ping = self.histogram(&during, |s| s.ran_after_us.is_none().then_some(s.rtt_us));
-        let ran = self.histogram(&during, |s| s.ran_after_us);
+        let time = self.histogram(&during, false, |s| {
+            s.ran_after_us.is_some().then_some(s.rtt_us)
+        });
+        let ping = self.histogram(&during, false, |s| {
+            s.ran_after_us.is_none().then_some(s.rtt_us)
+        });
+        let ran = self.histogram(&during, false, |s| s.ran_after_us);
         format!(
-            "{} round trips, 1 ms apart: TIME {}; PING {}; the server ran TIME {} after its sending",
+            "{}; {} round trips, 1 ms apart: TIME {}; PING {}; the server ran TIME {} after its sending",
+            self.figures(during.clone()),
             time.len() + ping.len(),
             quantiles("rtt", &time),
             quantiles("rtt", &ping),
