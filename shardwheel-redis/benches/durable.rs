@@ -17,14 +17,29 @@
 //! from the default, 1. `DURABLE_COMMANDSTATS=1` prints the server's command statistics
 //! after each workload (and D1's for its scheduling phase alone). Notes give each side's
 //! CPU time while scheduling, to show where the time went.
+//!
+//! While each implementation's D1 and D2 run (from its consumers' start until its jobs are
+//! all delivered), a probe (`durable_parts/probe.rs`) on a connection and a thread of its
+//! own sends a trivial command (`TIME` and `PING` in turn) with a 1 ms pause after each
+//! reply, and the RESULT line ends with its round trips: `server_rtt_p50_ms`,
+//! `server_rtt_p99_ms`, `server_rtt_max_ms` (weighed by time, as the jobs' due times are:
+//! see the probe's module doc). That is how long the server, busy with the workload, takes
+//! to get to one more client's command: a design that must hear from the
+//! server after a job's due time (a start check then) cannot deliver that job sooner, so
+//! these figures are the floor under its lateness. Notes split them by command and, for
+//! D1, into the scheduling phase and the rest (beside the lateness of the jobs due then),
+//! for D2 from the burst second on.
 
 #[path = "../tests/support/mod.rs"]
 mod support;
 
 #[path = "durable_parts/baselines.rs"]
 mod baselines;
+#[path = "durable_parts/probe.rs"]
+mod probe;
 
 use baselines::{floor, poller, produce_naive};
+use probe::{Probe, Samples};
 use std::future::Future;
 
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
@@ -96,8 +111,8 @@ impl Tally {
     fn new(n: usize) -> Arc<Tally> {
         Arc::new(Tally {
             runs: (0..n).map(|_| AtomicU8::new(0)).collect(),
-            late: Mutex::new(Histogram::new_with_bounds(1, 3_600_000_000, 3).unwrap()),
-            late_quiet: Mutex::new(Histogram::new_with_bounds(1, 3_600_000_000, 3).unwrap()),
+            late: Mutex::new(histogram()),
+            late_quiet: Mutex::new(histogram()),
             quiet_from: AtomicU64::new(u64::MAX),
             early: AtomicU64::new(0),
             delivered: AtomicU64::new(0),
@@ -156,6 +171,11 @@ impl Tally {
             .count();
         (lost, twice)
     }
+}
+
+/// A histogram of µs up to an hour, 3 significant digits.
+fn histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 3_600_000_000, 3).unwrap()
 }
 
 fn unix_us(time: SystemTime) -> u64 {
@@ -328,25 +348,29 @@ async fn start_workers(server: &support::Server, name: &str, tally: &Arc<Tally>)
     workers
 }
 
-/// Waits (at most `patience`) for all `n` jobs of a run, stops its consumers, and prints
-/// its RESULT line: the workload's own figures (`figures`, taken once the jobs are in),
-/// then the deliveries'.
+/// Waits (at most `patience`) for all `n` jobs of a run, ends its probe, stops its
+/// consumers, and prints its RESULT line: the workload's own figures (`figures`, taken once
+/// the jobs are in), then the deliveries', then the server's round trips over the run.
+/// Returns the probe's samples.
 async fn finish(
     workload: &str,
     name: &str,
     tally: &Tally,
     n: usize,
     patience: Duration,
-    consumers: Consumers,
+    run: Run,
     figures: impl FnOnce(&Tally) -> String,
-) {
+) -> Samples {
     wait_delivered(tally, n as u64, patience).await;
-    consumers.stop(workload).await;
+    let samples = run.probe.stop().await;
+    run.consumers.stop(workload).await;
     println!(
-        "RESULT {workload} {name} {} {}",
+        "RESULT {workload} {name} {} {} {}",
         figures(tally),
-        deliveries(tally)
+        deliveries(tally),
+        samples.figures(0..u64::MAX)
     );
+    samples
 }
 
 async fn wait_delivered(tally: &Tally, n: u64, patience: Duration) {
@@ -363,11 +387,16 @@ fn uniform(n: usize, low: u64, high: u64) -> Arc<Vec<u64>> {
 
 /// `late_p50_ms=.. late_p99_ms=.. late_max_ms=..` of a lateness histogram (µs).
 fn lateness(late: &Histogram<u64>) -> String {
+    quantiles("late", late)
+}
+
+/// `{name}_p50_ms=.. {name}_p99_ms=.. {name}_max_ms=..` of a histogram of µs.
+fn quantiles(name: &str, us: &Histogram<u64>) -> String {
     format!(
-        "late_p50_ms={:.2} late_p99_ms={:.2} late_max_ms={:.2}",
-        late.value_at_quantile(0.5) as f64 / 1000.0,
-        late.value_at_quantile(0.99) as f64 / 1000.0,
-        late.max() as f64 / 1000.0,
+        "{name}_p50_ms={:.2} {name}_p99_ms={:.2} {name}_max_ms={:.2}",
+        us.value_at_quantile(0.5) as f64 / 1000.0,
+        us.value_at_quantile(0.99) as f64 / 1000.0,
+        us.max() as f64 / 1000.0,
     )
 }
 
@@ -441,6 +470,21 @@ impl Consumers {
     }
 }
 
+/// An implementation's run of a workload: its consumers and the server probe beside them.
+struct Run {
+    consumers: Consumers,
+    probe: Probe,
+}
+
+impl Run {
+    /// Starts the probe, then the consumers (see `Consumers::start`).
+    async fn start(name: &str, server: &support::Server, queue: &str, tally: &Arc<Tally>) -> Self {
+        let probe = Probe::start(&server.url());
+        let consumers = Consumers::start(name, server, queue, tally).await;
+        Run { consumers, probe }
+    }
+}
+
 /// Schedules with implementation `name` (see `produce_shardwheel`); returns the seconds.
 async fn produce(
     name: &str,
@@ -463,7 +507,7 @@ async fn d1(scale: f64) {
     for name in implementations() {
         let server = support::Server::start();
         let tally = Tally::new(n);
-        let consumers = Consumers::start(name, &server, "d1", &tally).await;
+        let run = Run::start(name, &server, "d1", &tally).await;
         let stats = std::env::var_os("DURABLE_COMMANDSTATS").is_some();
         if stats {
             reset_stats(&server.url()).await;
@@ -484,23 +528,27 @@ async fn d1(scale: f64) {
             cpu_after.0 - cpu_before.0,
             cpu_after.1 - cpu_before.1
         );
-        tally
-            .quiet_from
-            .store(unix_us(SystemTime::now()), Ordering::Relaxed);
+        let quiet_from = unix_us(SystemTime::now());
+        tally.quiet_from.store(quiet_from, Ordering::Relaxed);
         let patience = Duration::from_millis(span + 60_000);
-        finish("D1", name, &tally, n, patience, consumers, |_| {
+        let samples = finish("D1", name, &tally, n, patience, run, |_| {
             format!("schedule_per_s={:.0}", n as f64 / schedule_s)
         })
         .await;
+        println!(
+            "note D1 {name}: the server probe while scheduling: {}",
+            samples.detail(0..quiet_from)
+        );
         println!(
             "note D1 {name}: its jobs came due at {:.0} per second (their count over the span of their due times), which bounds deliver_per_s",
             tally.due_per_s()
         );
         let quiet = tally.late_quiet.lock().unwrap().clone();
         println!(
-            "note D1 {name}: the {} jobs due after scheduling ended: {}",
+            "note D1 {name}: the {} jobs due after scheduling ended: {}; the server probe then: {}",
             quiet.len(),
-            lateness(&quiet)
+            lateness(&quiet),
+            samples.detail(quiet_from..u64::MAX)
         );
         server_note(&server.url(), &format!("D1 {name}")).await;
     }
@@ -522,22 +570,26 @@ async fn d2(scale: f64) {
         // The burst second starts 20 s from now (on this machine's clock, the server's too):
         // scheduling ends before it.
         let second = now_ms() + 20_000;
-        let consumers = Consumers::start(name, &server, "d2", &tally).await;
+        let run = Run::start(name, &server, "d2", &tally).await;
         let schedule_s = produce(name, &server, "d2", &offsets, Some(second)).await;
         eprintln!("D2 {name}: scheduled {n} in {schedule_s:.1} s");
         assert!(now_ms() < second, "scheduling ran past the burst second");
-        if let Consumers::Workers(workers) = &consumers {
+        if let Consumers::Workers(workers) = &run.consumers {
             tokio::time::sleep(Duration::from_millis(second.saturating_sub(now_ms()))).await;
             let claimed: u64 = workers.iter().map(|w| w.stats().claimed).sum();
             println!("note D2 {name}: {claimed} of {n} jobs claimed when the burst second began");
         }
         let patience = Duration::from_secs(20 + 120);
-        finish("D2", name, &tally, n, patience, consumers, |tally| {
+        let samples = finish("D2", name, &tally, n, patience, run, |tally| {
             let last = tally.last.load(Ordering::Relaxed);
             let all_delivered_s = last.saturating_sub(second * 1000) as f64 / 1e6;
             format!("burst_all_delivered_s={all_delivered_s:.3}")
         })
         .await;
+        println!(
+            "note D2 {name}: the server probe from the burst second on: {}",
+            samples.detail(second * 1000..u64::MAX)
+        );
         server_note(&server.url(), &format!("D2 {name}")).await;
     }
 }

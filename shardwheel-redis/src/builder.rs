@@ -140,11 +140,14 @@ impl QueueBuilder {
             .set_number_of_retries(0);
         let address = client.get_connection_info().addr().to_string();
         until_up(&address, self.connect_timeout, async || {
-            let conn = client
-                .get_connection_manager_with_config(config.clone())
-                .await?;
-            let conn = Conn::single(conn, self.response_timeout);
-            self.clone().finish(conn, client.clone()).await
+            let mut conns = Vec::with_capacity(2);
+            for _ in 0..2 {
+                let conn = client
+                    .get_connection_manager_with_config(config.clone())
+                    .await?;
+                conns.push(Conn::single(conn, self.response_timeout));
+            }
+            self.clone().finish(conns, client.clone()).await
         })
         .await
     }
@@ -170,16 +173,23 @@ impl QueueBuilder {
         // A cluster carries PUBLISH to every node: any node serves the wake-up hints.
         let hints = redis::Client::open(nodes.first().copied().unwrap_or_default())?;
         until_up(&nodes.join(","), self.connect_timeout, async || {
-            let conn = client.get_async_connection().await?;
-            let conn = Conn::cluster(conn, self.response_timeout);
-            self.clone().finish(conn, hints.clone()).await
+            let mut conns = Vec::with_capacity(2);
+            for _ in 0..2 {
+                let conn = client.get_async_connection().await?;
+                conns.push(Conn::cluster(conn, self.response_timeout));
+            }
+            self.clone().finish(conns, hints.clone()).await
         })
         .await
     }
 
-    /// Records the layout in `{name}:meta` if the queue is new, or checks it; `hints` is
-    /// the server that workers subscribe to for wake-up hints.
-    async fn finish(self, mut conn: Conn, hints: redis::Client) -> Result<Queue, Error> {
+    /// Records the layout in `{name}:meta` if the queue is new, or checks it; `conns` are
+    /// the queue's two connections (see `Queue`), `hints` the server that workers subscribe
+    /// to for wake-up hints.
+    async fn finish(self, mut conns: Vec<Conn>, hints: redis::Client) -> Result<Queue, Error> {
+        let (Some(checks), Some(mut conn)) = (conns.pop(), conns.pop()) else {
+            return Err(Error::InvalidConfig("a queue opens two connections"));
+        };
         let meta = format!("{{{}}}:meta", self.name);
         let (shards, buckets): (Option<u32>, Option<u32>) = redis::pipe()
             .hset_nx(&meta, "shards", self.shards)
@@ -201,7 +211,7 @@ impl QueueBuilder {
             .map(|shard| ShardKeys::new(&self.name, shard))
             .collect();
         Ok(Queue::new(
-            conn,
+            [conn, checks],
             Arc::new(Inner {
                 channel: format!("{{{}}}:wake", self.name),
                 hints,

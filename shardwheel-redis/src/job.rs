@@ -81,14 +81,14 @@ impl When {
 }
 
 /// What [`Queue::cancel`](crate::Queue::cancel) found; [`runs`](Self::runs) says whether a
-/// run of the job goes on.
+/// run of the job may go on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 ///
 /// ```no_run
 /// # async fn run(queue: shardwheel_redis::Queue) -> Result<(), shardwheel_redis::Error> {
 /// use shardwheel_redis::Cancelled;
 /// match queue.cancel("welcome-42").await? {
-///     Cancelled::Started => println!("too late: its run had begun and goes on"),
+///     Cancelled::Started => println!("too late: its run may have begun, and then goes on"),
 ///     found => assert!(!found.runs()),
 /// }
 /// # Ok(()) }
@@ -96,11 +96,13 @@ impl When {
 pub enum Cancelled {
     /// The job was pending: it will never run.
     Pending,
-    /// A worker had claimed it ahead of its due time and not started it: it will never run
-    /// (the worker's start check at the due time finds it gone).
+    /// A worker had claimed it and its due time had not come by the server's clock, so no
+    /// run had started: it will never run (the worker's start check finds it gone).
     Claimed,
-    /// Its run had started (its due time had come and a worker's start check passed): that
-    /// run goes on (its ack is refused) and no other follows.
+    /// A worker had claimed it and its due time had come by the server's clock, so its run
+    /// may have started (a worker's start check passes at or after the due time): if it
+    /// did, that run goes on (its ack is refused); if the check had not passed yet, it is
+    /// refused and the job does not run. No other run follows either way.
     Started,
     /// It was in the dead-letter set; it is gone.
     Dead,
@@ -109,8 +111,8 @@ pub enum Cancelled {
 }
 
 impl Cancelled {
-    /// Whether a run of the job goes on after the cancel: true only for
-    /// [`Started`](Self::Started).
+    /// Whether a run of the job may go on after the cancel: true only for
+    /// [`Started`](Self::Started); false means the job certainly never runs again.
     ///
     /// ```
     /// use shardwheel_redis::Cancelled;
@@ -136,11 +138,12 @@ impl Cancelled {
 pub enum Rescheduled {
     /// The job was pending; it now waits for its new time.
     Pending,
-    /// A worker had claimed it and not started it: the claim is revoked, and the job runs
-    /// only at its new time.
+    /// A worker had claimed it and its due time had not come by the server's clock: the
+    /// claim is revoked before any start, and the job runs only at its new time.
     Claimed,
-    /// Its run had started: that run goes on (its ack is refused), and the job runs again at
-    /// the new time.
+    /// A worker had claimed it and its due time had come by the server's clock: a run may
+    /// have started, and if so it goes on (its ack is refused); the claim is revoked and the
+    /// job runs again at the new time.
     Started,
     /// It was in the dead-letter set: revived, its attempts reset.
     Dead,

@@ -8,12 +8,12 @@
 //! run is acknowledged; it runs again only after its worker died, stalled past its lease,
 //! released it or failed it, so handlers must be idempotent.
 //!
-//! **Cancel and reschedule** reach a job until its run starts: a run starts only if, at its
-//! due time by the server's clock, the store still holds the job under the claim that fetched
-//! it (checked atomically on the server), so a [`Queue::cancel`] or [`Queue::reschedule`]
-//! applied before then is obeyed (a cancelled job never runs, a rescheduled one runs at its
-//! new time and never before it), and one applied later finds the run started and says so
-//! ([`Cancelled::Started`]).
+//! **Cancel and reschedule** reach a job until its due time: a claimed job starts only if,
+//! checked atomically on the server at or after its due time by the server's clock, the
+//! server still holds it under the claim that fetched it (same token, live lease), so a
+//! [`Queue::cancel`] or [`Queue::reschedule`] applied before the due time is obeyed (a
+//! cancelled job never runs, a rescheduled one runs at its new time and never before it),
+//! and one applied later says the run may have begun ([`Cancelled::Started`]).
 //!
 //! # Usage
 //!

@@ -40,15 +40,19 @@ pub(crate) struct Inner {
     pub(crate) keys: Vec<ShardKeys>,
 }
 
-/// A durable queue of delayed jobs in Redis. Cheap to clone; all clones share one connection.
+/// A durable queue of delayed jobs in Redis. Cheap to clone; all clones share its two
+/// connections: one for every call but the workers' start checks, which have the other to
+/// themselves, so that a check does not wait behind the claims and acknowledgements
+/// pipelined on the first (the server serves connections in turn, each in order).
 ///
 /// # Guarantee
 ///
 /// At-least-once: once [`schedule`](Self::schedule) returns `Ok`, the job runs at or after
 /// its due time by the server's clock until one run is acknowledged, each run under one live
 /// lease at a time; it runs again only if a worker dies, stalls past its lease or fails it.
-/// A cancel or reschedule applied before the job's run starts (at its due time, checked on
-/// the server) is obeyed, even for a job a worker has already claimed.
+/// A cancel or reschedule applied on the server before the job's due time is obeyed, even
+/// for a job a worker has already claimed: a claimed job starts only if its claim is still
+/// intact at its due time, checked on the server.
 ///
 /// # Examples
 ///
@@ -66,6 +70,7 @@ pub(crate) struct Inner {
 #[derive(Clone)]
 pub struct Queue {
     conn: Conn,
+    checks: Conn,
     inner: Arc<Inner>,
 }
 
@@ -89,8 +94,12 @@ impl Queue {
         QueueBuilder::new(name)
     }
 
-    pub(crate) fn new(conn: Conn, inner: Arc<Inner>) -> Self {
-        Queue { conn, inner }
+    pub(crate) fn new([conn, checks]: [Conn; 2], inner: Arc<Inner>) -> Self {
+        Queue {
+            conn,
+            checks,
+            inner,
+        }
     }
 
     /// Connects to the queue `name` on one server with the default options.
@@ -132,6 +141,11 @@ impl Queue {
 
     pub(crate) fn conn(&self) -> Conn {
         self.conn.clone()
+    }
+
+    /// The connection of the workers' start checks (`start`), which nothing else uses.
+    pub(crate) fn checks_conn(&self) -> Conn {
+        self.checks.clone()
     }
 
     pub(crate) fn keys(&self, shard: u32) -> &ShardKeys {
@@ -275,7 +289,8 @@ impl Queue {
     /// # async fn run(queue: shardwheel_redis::Queue) -> Result<(), shardwheel_redis::Error> {
     /// use shardwheel_redis::Cancelled;
     /// if queue.cancel("welcome-42").await? == Cancelled::Started {
-    ///     // Too late: its run had begun (and goes on; its ack is refused).
+    ///     // Too late to be sure: its run may have begun (and then goes on; its ack is
+    ///     // refused).
     /// }
     /// # Ok(()) }
     /// ```

@@ -233,64 +233,94 @@ async fn claimed(queue: &Queue, id: &str, delay: Duration, lease_ms: u64) -> (u3
     (s, jobs.iter().find(|j| j.0 == id).unwrap().2)
 }
 
+/// The server's AOF size: what it has appended since it started.
+fn aof_size(conn: &mut redis::Connection) -> u64 {
+    let info: String = redis::cmd("INFO").arg("persistence").query(conn).unwrap();
+    info.lines()
+        .find_map(|line| line.strip_prefix("aof_current_size:"))
+        .and_then(|size| size.trim().parse().ok())
+        .expect("INFO persistence names aof_current_size")
+}
+
 #[tokio::test]
-async fn start_is_fenced_by_the_token_and_the_due_time_and_tells_cancel_it_began() {
+async fn start_is_fenced_by_token_lease_and_due_time_and_writes_nothing() {
     let server = support::Server::start();
     let queue = queue(&server, "s").await;
+    let mut conn = server.sync_conn();
     // A wrong token is revoked, a job not yet due waits, the live token starts (twice:
     // a repeated call), and the started record still settles.
     let (s, token) = claimed(&queue, "a", Duration::ZERO, 30_000).await;
     let (sl, later) = claimed(&queue, "later", Duration::from_secs(600), 30_000).await;
+    let aof = aof_size(&mut conn);
     assert_eq!(start(&queue, s, &[("a", token + 1)]).await, vec![0]);
     assert_eq!(start(&queue, sl, &[("later", later)]).await, vec![2]);
     assert_eq!(start(&queue, s, &[("a", token)]).await, vec![1]);
     assert_eq!(start(&queue, s, &[("a", token)]).await, vec![1]);
+    assert_eq!(
+        aof_size(&mut conn),
+        aof,
+        "a start check wrote to the AOF (an fsync with appendfsync always)"
+    );
     assert!(matches!(
         queue.status("a").await.unwrap().unwrap().0,
         JobState::Claimed { attempt: 1, .. }
     ));
     assert_eq!(settle(&queue, s, 5, &[("a", token, "a")]).await, vec![1]);
-    // Cancelled or rescheduled before its start: revoked; after: the run goes on.
-    for (id, before) in [("b", true), ("c", false)] {
-        let (s, token) = claimed(&queue, id, Duration::ZERO, 30_000).await;
-        if !before {
+    // A claim whose lease expired does not start (a worker stalled past it), and the next
+    // claim takes it back with its attempt counted.
+    let (s, token) = claimed(&queue, "r", Duration::ZERO, 1).await;
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(start(&queue, s, &[("r", token)]).await, vec![0]);
+    let (_, jobs, reaped) = claim(&queue, s, 0, 30_000, 10, 5).await;
+    assert_eq!(reaped, 1);
+    assert_eq!((jobs[0].0.as_str(), jobs[0].3), ("r", 2));
+}
+
+#[tokio::test]
+async fn cancel_and_reschedule_revoke_a_claim_and_tell_by_its_due_time_whether_it_may_run() {
+    let server = support::Server::start();
+    let queue = queue(&server, "s").await;
+    // Due in ten minutes: no start can have passed, the claim is revoked. Due now: a start
+    // may have passed (checked or not), so the answer is Started, and a check after the
+    // call is refused all the same.
+    for (id, delay, checked) in [
+        ("b", Duration::from_secs(600), false),
+        ("c", Duration::ZERO, true),
+        ("d", Duration::ZERO, false),
+    ] {
+        let due = delay.is_zero();
+        let (s, token) = claimed(&queue, id, delay, 30_000).await;
+        if checked {
             assert_eq!(start(&queue, s, &[(id, token)]).await, vec![1]);
         }
         let found = queue.cancel(id).await.unwrap();
-        assert_eq!(
-            found,
-            if before {
-                Cancelled::Claimed
-            } else {
-                Cancelled::Started
-            }
-        );
-        assert_eq!(found.runs(), !before);
+        let cancelled = if due {
+            Cancelled::Started
+        } else {
+            Cancelled::Claimed
+        };
+        assert_eq!(found, cancelled, "{id}");
+        assert_eq!(found.runs(), due);
         assert_eq!(start(&queue, s, &[(id, token)]).await, vec![0]);
-        let (s, token) = claimed(&queue, id, Duration::ZERO, 30_000).await;
-        if !before {
+        assert_eq!(queue.status(id).await.unwrap(), None);
+        let (s, token) = claimed(&queue, id, delay, 30_000).await;
+        if checked {
             assert_eq!(start(&queue, s, &[(id, token)]).await, vec![1]);
         }
         let found = queue.reschedule(id, Duration::from_secs(600), None).await;
-        let expected = if before {
-            Rescheduled::Claimed
-        } else {
+        let rescheduled = if due {
             Rescheduled::Started
+        } else {
+            Rescheduled::Claimed
         };
-        assert_eq!(found.unwrap(), expected);
+        assert_eq!(found.unwrap(), rescheduled, "{id}");
         assert_eq!(start(&queue, s, &[(id, token)]).await, vec![0]);
         assert!(matches!(
             queue.status(id).await.unwrap().unwrap().0,
             JobState::Pending { attempts: 0, .. }
         ));
+        queue.cancel(id).await.unwrap();
     }
-    // A started job whose lease ends is reaped with its attempt counted.
-    let (s, token) = claimed(&queue, "r", Duration::ZERO, 1).await;
-    assert_eq!(start(&queue, s, &[("r", token)]).await, vec![1]);
-    tokio::time::sleep(Duration::from_millis(10)).await;
-    let (_, jobs, reaped) = claim(&queue, s, 0, 30_000, 10, 5).await;
-    assert_eq!(reaped, 1);
-    assert_eq!((jobs[0].0.as_str(), jobs[0].3), ("r", 2));
 }
 
 fn lease_until(state: JobState) -> std::time::SystemTime {
@@ -474,13 +504,17 @@ async fn cancel_and_reschedule_report_the_state_they_found() {
         .unwrap();
     assert_eq!(queue.cancel("p").await.unwrap(), Cancelled::Pending);
     assert_eq!(queue.status("p").await.unwrap(), None);
-    queue.schedule("q", Duration::ZERO, b"x").await.unwrap();
+    // Claimed well ahead of its due time (a window of an hour).
+    queue
+        .schedule("q", Duration::from_secs(100), b"x")
+        .await
+        .unwrap();
     let s = shard(&queue, "q");
-    let (_, jobs, _) = claim(&queue, s, 0, 30_000, 10, 5).await;
+    let (_, jobs, _) = claim(&queue, s, 3_600_000, 30_000, 10, 5).await;
     let token = jobs[0].2;
     assert_eq!(
         queue
-            .reschedule("q", Duration::from_secs(100), Some(b"new"))
+            .reschedule("q", Duration::from_secs(200), Some(b"new"))
             .await
             .unwrap(),
         Rescheduled::Claimed
@@ -494,10 +528,13 @@ async fn cancel_and_reschedule_report_the_state_they_found() {
     assert_eq!(payload, b"new");
     assert!(matches!(state, JobState::Pending { attempts: 0, .. }));
     assert_eq!(
-        queue.reschedule("q", Duration::ZERO, None).await.unwrap(),
+        queue
+            .reschedule("q", Duration::from_secs(100), None)
+            .await
+            .unwrap(),
         Rescheduled::Pending
     );
-    let (_, jobs, _) = claim(&queue, s, 0, 30_000, 10, 5).await;
+    let (_, jobs, _) = claim(&queue, s, 3_600_000, 30_000, 10, 5).await;
     assert_eq!(queue.cancel("q").await.unwrap(), Cancelled::Claimed);
     assert_eq!(
         settle(&queue, s, 5, &[("q", jobs[0].2, "a")]).await,

@@ -3,8 +3,11 @@
 //! Each file's header lists its `KEYS` and `ARGV`, its atomic contract and the bound on its
 //! work. `lua/bucket.lua` (the id hash that finds a payload hash) is prepended to each
 //! script that needs it (`schedule` and `settle` are given each job's payload hash by the
-//! client instead). `redis::Script` sends `EVALSHA` and loads the script on a `NOSCRIPT`
-//! reply, so a restarted server or a new cluster node is served transparently.
+//! client instead), and `lua/revoke.lua` (how a cancel or a reschedule revokes a claim and
+//! tells whether its start may have passed) to `cancel` and `reschedule`. `start` is read
+//! only (`#!lua flags=no-writes`, Redis 7): it is neither written to the AOF nor replicated.
+//! `redis::Script` sends `EVALSHA` and loads the script on a `NOSCRIPT` reply, so a
+//! restarted server or a new cluster node is served transparently.
 //! Every script starts from the server's `TIME`: no client clock decides when a job is due.
 
 use std::sync::LazyLock;
@@ -12,6 +15,7 @@ use std::sync::LazyLock;
 use redis::Script;
 
 const BUCKET: &str = include_str!("lua/bucket.lua");
+const REVOKE: &str = include_str!("lua/revoke.lua");
 
 /// The loaded scripts.
 pub(crate) struct Scripts {
@@ -25,18 +29,19 @@ pub(crate) struct Scripts {
     pub start: Script,
 }
 
-fn with_bucket(source: &str) -> Script {
-    Script::new(&format!("{BUCKET}\n{source}"))
+/// A script with the functions it calls (`prelude`) prepended.
+fn with(prelude: &[&str], source: &str) -> Script {
+    Script::new(&format!("{}\n{source}", prelude.join("\n")))
 }
 
 /// The scripts of this process (hashed once).
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     schedule: Script::new(include_str!("lua/schedule.lua")),
-    claim: with_bucket(include_str!("lua/claim.lua")),
+    claim: with(&[BUCKET], include_str!("lua/claim.lua")),
     settle: Script::new(include_str!("lua/settle.lua")),
-    cancel: with_bucket(include_str!("lua/cancel.lua")),
-    reschedule: with_bucket(include_str!("lua/reschedule.lua")),
-    status: with_bucket(include_str!("lua/status.lua")),
+    cancel: with(&[BUCKET, REVOKE], include_str!("lua/cancel.lua")),
+    reschedule: with(&[BUCKET, REVOKE], include_str!("lua/reschedule.lua")),
+    status: with(&[BUCKET], include_str!("lua/status.lua")),
     extend: Script::new(include_str!("lua/extend.lua")),
     start: Script::new(include_str!("lua/start.lua")),
 });

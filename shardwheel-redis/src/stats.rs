@@ -43,7 +43,8 @@ pub struct Stats {
     /// Claims given back unrun (graceful stop).
     pub released: u64,
     /// Claimed jobs not run because, when they came due, the store no longer held them under
-    /// this worker's claim: cancelled, rescheduled or taken back meanwhile (the start check).
+    /// this worker's claim with a live lease: cancelled, rescheduled or taken back meanwhile,
+    /// or its lease expired (the start check).
     pub revoked: u64,
     /// Expired leases (of any worker) this worker's claims took back.
     pub reaped: u64,

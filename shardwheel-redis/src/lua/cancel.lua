@@ -5,22 +5,21 @@
 -- ARGV[1] payload hash prefix   ARGV[2] shards   ARGV[3] buckets   ARGV[4] id
 --
 -- Contract: the job's payload and every trace of it are deleted. Returns 1 if it was
--- pending, 2 if it was claimed and its start had not been checked (start.lua will refuse it:
--- it never runs), 4 if its run had started (that run goes on, its ack will be refused, no
--- other follows), 3 if it was in the dead set, 0 if the id is unknown.
+-- pending, 3 if it was in the dead set, 0 if the id is unknown. A claimed job's record
+-- (token) is removed, so every later start check (start.lua) refuses its claim; whether a
+-- start check may already have passed is told by its claim's due time against the server's
+-- TIME, since start.lua passes only at or after it: 2 if the due time is still ahead (no
+-- start passed: it never runs), 4 if it has come (its run may have started: such a run goes
+-- on, its ack is refused, no other follows; a start check not yet made is refused).
 -- Bound: O(log N).
 -- bucket(prefix, id, shards, buckets) is prepended from bucket.lua when loaded (scripts.rs).
+-- revoke(tok, id) is prepended from revoke.lua.
 local id = ARGV[4]
 if redis.call('HDEL', bucket(ARGV[1], id, tonumber(ARGV[2]), tonumber(ARGV[3])), id) == 0 then
   return 0
 end
 redis.call('HDEL', KEYS[5], id)
 if redis.call('ZREM', KEYS[1], id) == 1 then return 1 end
-if redis.call('ZREM', KEYS[2], id) == 1 then
-  local rec = redis.call('HGET', KEYS[3], id) or ''
-  redis.call('HDEL', KEYS[3], id)
-  if string.sub(rec, -2) == ':s' then return 4 end
-  return 2
-end
+if redis.call('ZREM', KEYS[2], id) == 1 then return revoke(KEYS[3], id) end
 redis.call('ZREM', KEYS[4], id)
 return 3

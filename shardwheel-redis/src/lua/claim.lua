@@ -1,7 +1,7 @@
 -- claim.lua: reaps expired leases, then claims the shard's jobs due within a window.
 --
 -- KEYS[1] due zset   KEYS[2] lease zset (id -> lease expiry ms)   KEYS[3] tok hash
--- (id -> "token:due:attempt" while claimed, ":s" appended once started)   KEYS[4] dead zset   KEYS[5] token counter
+-- (id -> "token:due:attempt" while claimed)   KEYS[4] dead zset   KEYS[5] token counter
 -- KEYS[6] att hash (id -> attempts so far, for jobs that have been tried and not acked)
 -- ARGV[1] payload hash prefix   ARGV[2] shards   ARGV[3] buckets   ARGV[4] window ms
 -- ARGV[5] lease ms (after the due time)   ARGV[6] most jobs to claim
@@ -13,7 +13,8 @@
 -- leave the due set for the lease set with a fresh token (a per-shard counter, so a
 -- token is never reused), lease expiry = max(due, now) + lease ms, attempt count + 1.
 -- A job is in exactly one of due, lease, dead at any time, and only the holder of its
--- current token can ack, fail or release it.
+-- current token can start (start.lua), ack, fail or release it. The claim's record is
+-- written here only: start.lua reads it, and cancel.lua or reschedule.lua remove it.
 -- Returns {now, {id, due, token, attempt, payload, ...}, reaped count, TIME seconds, TIME
 -- microseconds} (the last two let the worker bound the server's clock to the microsecond).
 -- Bound: O((reap + claim) log N), both capped by the arguments (the client allows at most

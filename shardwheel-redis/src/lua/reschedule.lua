@@ -8,11 +8,14 @@
 --
 -- Contract: if the id is unknown, returns 0 and changes nothing. Otherwise the job enters
 -- the due set at the new time with its attempts reset, and the result says where it was:
--- 1 pending, 2 claimed and not started (the claim is revoked: start.lua refuses it, so it
--- runs only at its new time), 4 claimed and started (that run goes on, its ack is refused;
--- the job runs again at its new time), 3 dead (revived).
+-- 1 pending, 3 dead (revived), or claimed: its claim is revoked (its record removed, so
+-- start.lua refuses it from now on and the job runs at its new time under a new claim),
+-- and as in cancel.lua, 2 if the claim's due time was still ahead by the server's TIME (no
+-- start passed: the job runs only at its new time), 4 if it had come (a run may have
+-- started: it goes on, its ack is refused; the job runs again at its new time).
 -- Bound: O(log N).
--- bucket(prefix, id, shards, buckets) is prepended from bucket.lua when loaded (scripts.rs).
+-- bucket(prefix, id, shards, buckets) is prepended from bucket.lua and revoke(tok, id)
+-- from revoke.lua when loaded (scripts.rs).
 local id = ARGV[4]
 local hash = bucket(ARGV[1], id, tonumber(ARGV[2]), tonumber(ARGV[3]))
 if redis.call('HEXISTS', hash, id) == 0 then return 0 end
@@ -26,10 +29,7 @@ redis.call('HDEL', KEYS[5], id)
 local was = 1
 if redis.call('ZSCORE', KEYS[1], id) == false then
   if redis.call('ZREM', KEYS[2], id) == 1 then
-    local rec = redis.call('HGET', KEYS[3], id) or ''
-    redis.call('HDEL', KEYS[3], id)
-    was = 2
-    if string.sub(rec, -2) == ':s' then was = 4 end
+    was = revoke(KEYS[3], id)
   else
     redis.call('ZREM', KEYS[4], id)
     was = 3
