@@ -58,15 +58,19 @@
 //! for a profiler (no ratios then).
 
 mod common;
+#[path = "futures/timeouts.rs"]
+mod timeouts;
 
 use common::cpu::{Others, process_cpu};
 use common::{SplitMix64, load_average, median, percentile};
 use mimalloc::MiMalloc;
-use shardwheel::Timer;
 use std::future::{Future, pending};
 use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+#[cfg(tokio_unstable)]
+use timeouts::TokioAltTimeout;
+use timeouts::{NoTimeout, PingoraTimeout, Shardwheel, ShardwheelTime, Timeouts, TokioTimeout};
 use tokio::runtime::Runtime;
 
 #[global_allocator]
@@ -77,148 +81,6 @@ const ROUNDS: usize = 7;
 /// At T = 1 a round is 100,000 operations, under a millisecond (ready) or under 0.1 s
 /// (yield1): more of them, for a steady median.
 const ROUNDS_ONE_TASK: usize = 21;
-
-/// A way to put a timeout on a future.
-trait Timeouts: Send + Sync + 'static {
-    const NAME: &'static str;
-
-    fn new() -> Self;
-
-    /// `Some(output)` if `work` finished within `limit`, `None` if the limit came first.
-    fn timeout<F: Future + Send>(
-        &self,
-        limit: Duration,
-        work: F,
-    ) -> impl Future<Output = Option<F::Output>> + Send;
-
-    /// The timers this instance's engine took in, once it is quiet, where it can tell.
-    fn timers(&self) -> Option<u64> {
-        None
-    }
-}
-
-/// Shardwheel's timer, and the timers its reapers had taken in before this round.
-struct Shardwheel(&'static Timer, u64);
-
-impl Timeouts for Shardwheel {
-    const NAME: &'static str = "shardwheel";
-
-    fn new() -> Self {
-        // The process-wide timer, as a server keeps one (and as tokio's runtime and
-        // Pingora keep theirs): a fresh one each round would also measure its slots'
-        // growth. Its futures hold no reference count; a timer the program owns and
-        // clones adds one per future (see `global` in the crate).
-        let timer = Timer::global();
-        Shardwheel(timer, quiet(timer))
-    }
-
-    async fn timeout<F: Future + Send>(&self, limit: Duration, work: F) -> Option<F::Output> {
-        shardwheel::timeout(limit, work).await.ok()
-    }
-
-    fn timers(&self) -> Option<u64> {
-        Some(quiet(self.0) - self.1)
-    }
-}
-
-/// `shardwheel::time::timeout`, tokio's shape of the same timeout (output
-/// `Result<_, Elapsed>`, panics where the engine cannot serve): it must cost no more than
-/// the engine's own.
-struct ShardwheelTime(Shardwheel);
-
-impl Timeouts for ShardwheelTime {
-    const NAME: &'static str = "shardwheel-time";
-
-    fn new() -> Self {
-        ShardwheelTime(Shardwheel::new())
-    }
-
-    async fn timeout<F: Future + Send>(&self, limit: Duration, work: F) -> Option<F::Output> {
-        shardwheel::time::timeout(limit, work).await.ok()
-    }
-
-    fn timers(&self) -> Option<u64> {
-        self.0.timers()
-    }
-}
-
-/// The timers `timer`'s reapers have taken in, once quiet. They count the timers they take
-/// in, and take cancels in within about 10 ms: this waits until every timer taken in has
-/// ended and the count holds still.
-fn quiet(timer: &Timer) -> u64 {
-    let mut last = u64::MAX;
-    for _ in 0..100 {
-        let stats = timer.stats();
-        if stats.scheduled == last && stats.cancelled + stats.fired == stats.scheduled {
-            break;
-        }
-        last = stats.scheduled;
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    last
-}
-
-struct PingoraTimeout;
-
-impl Timeouts for PingoraTimeout {
-    const NAME: &'static str = "pingora-timeout";
-
-    fn new() -> Self {
-        PingoraTimeout
-    }
-
-    async fn timeout<F: Future + Send>(&self, limit: Duration, work: F) -> Option<F::Output> {
-        pingora_timeout::timeout(limit, work).await.ok()
-    }
-}
-
-struct TokioTimeout;
-
-impl Timeouts for TokioTimeout {
-    const NAME: &'static str = "tokio-timeout";
-
-    fn new() -> Self {
-        TokioTimeout
-    }
-
-    async fn timeout<F: Future + Send>(&self, limit: Duration, work: F) -> Option<F::Output> {
-        tokio::time::timeout(limit, work).await.ok()
-    }
-}
-
-/// `tokio::time::timeout` on a runtime with tokio's alternative timer
-/// (`Builder::enable_alt_timer`, per-worker wheels, a timer registered on its first poll):
-/// built only with `RUSTFLAGS="--cfg tokio_unstable"`, as tokio requires.
-#[cfg(tokio_unstable)]
-struct TokioAltTimeout;
-
-#[cfg(tokio_unstable)]
-impl Timeouts for TokioAltTimeout {
-    const NAME: &'static str = "tokio-alt-timeout";
-
-    fn new() -> Self {
-        TokioAltTimeout
-    }
-
-    async fn timeout<F: Future + Send>(&self, limit: Duration, work: F) -> Option<F::Output> {
-        tokio::time::timeout(limit, work).await.ok()
-    }
-}
-
-/// The same tasks with no timeout: what the runtime itself costs.
-struct NoTimeout;
-
-impl Timeouts for NoTimeout {
-    const NAME: &'static str = "no-timeout";
-
-    fn new() -> Self {
-        NoTimeout
-    }
-
-    async fn timeout<F: Future + Send>(&self, _limit: Duration, work: F) -> Option<F::Output> {
-        Some(work.await)
-    }
-}
 
 /// The implementations, in the order their lines are printed; shardwheel first.
 #[derive(Clone, Copy, PartialEq)]
