@@ -314,28 +314,25 @@ impl<O> Measured<O> {
             .each()
             .filter(|(i, _)| *i != Impl::Shardwheel)
             .map(|(peer, theirs)| {
-                let paired: Vec<f64> = ours
+                // The rates of the rounds whose two turns ran under the same load.
+                let pairs: Vec<(f64, f64)> = ours
                     .iter()
                     .zip(theirs)
                     .filter(|(a, b)| same_load(a, b))
-                    .map(|(a, b)| a.per_s / b.per_s)
+                    .map(|(a, b)| (a.per_s, b.per_s))
                     .collect();
-                unpaired += ours.len() - paired.len();
-                if paired.is_empty() {
+                unpaired += ours.len() - pairs.len();
+                if pairs.is_empty() {
                     return format!("vs_{}=none", peer.name());
                 }
-                let ratio = format!("vs_{}={:.2}", peer.name(), median(paired));
+                let ratio = median(pairs.iter().map(|(a, b)| a / b).collect());
+                let ratio = format!("vs_{}={ratio:.2}", peer.name());
                 if peer != Impl::None {
                     return ratio;
                 }
                 // What a timeout adds to the floor's time per operation, in the same rounds.
-                let over: Vec<f64> = ours
-                    .iter()
-                    .zip(theirs)
-                    .filter(|(a, b)| same_load(a, b))
-                    .map(|(a, b)| 1e9 / a.per_s - 1e9 / b.per_s)
-                    .collect();
-                format!("{ratio} over_floor_ns={:.1}", median(over))
+                let over = median(pairs.iter().map(|(a, b)| 1e9 / a - 1e9 / b).collect());
+                format!("{ratio} over_floor_ns={over:.1}")
             })
             .collect();
         if !ratios.is_empty() {
