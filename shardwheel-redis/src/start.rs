@@ -8,8 +8,8 @@
 //! second connection, which nothing else uses: on the first, a check would wait behind
 //! every claim and acknowledgement pipelined before it (a server runs one connection's
 //! commands in order), and in D1 at a fifth of its scale (load 1-1.5) the second connection
-//! halved the lateness (p50 14.2 -> 7.7 ms, p99 939 -> 466 ms). The script compares each job's claim token with the one the store holds, its lease
-//! expiry and its due time with the server's `TIME`, atomically, and writes nothing: a
+//! halved the lateness (p50 14.2 -> 7.7 ms, p99 939 -> 466 ms). The script compares each
+//! job's claim token with the one the store holds, its lease expiry and its due time with the server's `TIME`, atomically, and writes nothing: a
 //! script that only reads is neither appended to the AOF (no fsync with `appendfsync
 //! always`) nor replicated, so the check adds no write to the server's scheduling traffic.
 //! A cancel or reschedule is applied wholly before or wholly after a check; it removes the

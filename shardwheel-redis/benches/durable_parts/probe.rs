@@ -7,7 +7,8 @@
 //! and `PING` in turn on a connection of its own (blocking, not this process's tokio
 //! runtime, so the figure is the server's queue and the OS's scheduling of one thread, not
 //! our runtime's), one at a time with a 1 ms pause after each reply: at most about a
-//! thousand trivial commands a second, nothing beside the workload's. Each sample keeps when it was sent (Unix µs) and its round trip;
+//! thousand trivial commands a second, nothing beside the workload's. Each sample keeps
+//! when it was sent (Unix µs) and its round trip;
 //! a `TIME` sample also keeps how long after its sending the server ran it (the same
 //! machine, one clock), the part of the round trip spent before the server got to it.
 //!
