@@ -45,7 +45,11 @@
 //! reaper, each pass, collects the stages holding a timer due before its next wake-up, and
 //! before it parks it looks at the stages once more. The two sides close the race as the
 //! inbox does (`wakeup`): the owner stages, issues a SeqCst fence and reads the plan; the
-//! reaper stores the plan, issues a SeqCst fence and reads the stages' `len` and `min`.
+//! reaper stores the plan, issues a SeqCst fence and reads the stages' `min`. The owner
+//! does so only for a new earliest deadline (`min`): `min` is the earliest staged since the
+//! stage was last emptied by a hand-over or a collection, and stays when the owner takes
+//! timers back, so every plan the reaper makes after the owner's fence wakes for it, and
+//! the collection then takes whatever the stage holds by that time.
 //! A thread that exits leaves its stage to the reaper, which collects it and forgets it
 //! (`let_go`): the plan already covers its timers, and the tidy interval its cancels.
 //!
@@ -114,13 +118,13 @@ pub struct Stage {
     owner: AtomicU32,
     /// The reaper's word: `HOLD`, `CLOSED`, and the requests made.
     reaper: AtomicU32,
-    /// Timers staged: a hint, written by whoever holds the stage, for the reaper's look
-    /// before it parks.
-    len: AtomicU32,
-    /// The earliest deadline staged (nanoseconds since the start; `u64::MAX` if none): a
-    /// hint as `len`, never later than any timer staged.
+    /// The earliest deadline staged since the stage was last emptied by a hand-over or a
+    /// collection (nanoseconds since the start; `u64::MAX` if none): a hint, written by
+    /// whoever holds the stage, for the reaper's plan and its look before it parks; never
+    /// later than any timer staged, and kept when the owner takes its timers back (see
+    /// `min`).
     min: AtomicU64,
-    /// Cancels wait in the stage: a hint as `len`.
+    /// Cancels wait in the stage: a hint as `min`.
     cancels: AtomicBool,
     /// The owner let go (its thread exited): the reaper collects the stage and forgets it.
     gone: AtomicBool,
@@ -211,7 +215,6 @@ impl Stage {
         Stage {
             owner: AtomicU32::new(0),
             reaper: AtomicU32::new(0),
-            len: AtomicU32::new(0),
             min: AtomicU64::new(u64::MAX),
             cancels: AtomicBool::new(false),
             gone: AtomicBool::new(false),
@@ -386,40 +389,36 @@ impl Stage {
         self.held.with_mut(|held| f(unsafe { &mut *held }))
     }
 
-    /// The holder records how many timers are staged and the earliest deadline among
-    /// them (or, with `len` 0, none).
-    pub(crate) fn set_hints(&self, len: usize, min: u64) {
-        // Relaxed: hints for the reaper's look, which the SeqCst fences of the park
-        // handshake order (see the module doc).
-        self.len.store(len as u32, Ordering::Relaxed);
-        self.min
-            .store(if len == 0 { u64::MAX } else { min }, Ordering::Relaxed);
-    }
-
-    /// The holder records how many timers are staged, the earliest deadline left as it
-    /// was (a timer taken out leaves a hint that may be early, never late).
+    /// The holder records the earliest deadline staged: `min`, a new earliest, or
+    /// `u64::MAX` once it emptied the stage by a hand-over or a collection.
     #[inline]
-    pub(crate) fn set_len(&self, len: usize) {
-        // Relaxed: as in `set_hints`.
-        self.len.store(len as u32, Ordering::Relaxed);
+    pub(crate) fn set_min(&self, min: u64) {
+        // Relaxed: a hint for the reaper's look, which the SeqCst fences of the park
+        // handshake order (see the module doc).
+        self.min.store(min, Ordering::Relaxed);
     }
 
-    /// The earliest deadline staged, as last recorded; `None` if nothing is staged.
+    /// The earliest deadline staged since the stage was last handed over or collected, as
+    /// last recorded; `None` if none was. Early at worst: it stays when the owner takes
+    /// timers back, even the last one, so that the handshake its owner made for it (see
+    /// the module doc) covers every later timer due no earlier, and the reaper, which
+    /// plans to wake for it, collects the stage then (and so clears it).
     #[inline]
     pub(crate) fn min(&self) -> Option<u64> {
-        // Relaxed: as in `set_hints`.
-        (self.len.load(Ordering::Relaxed) != 0).then(|| self.min.load(Ordering::Relaxed))
+        // Relaxed: as in `set_min`.
+        let min = self.min.load(Ordering::Relaxed);
+        (min != u64::MAX).then_some(min)
     }
 
     /// The holder records whether cancels wait in the stage.
     pub(crate) fn set_cancels(&self, waiting: bool) {
-        // Relaxed: as in `set_hints`.
+        // Relaxed: as in `set_min`.
         self.cancels.store(waiting, Ordering::Relaxed);
     }
 
     /// Whether cancels wait in the stage, as last recorded.
     pub(crate) fn has_cancels(&self) -> bool {
-        // Relaxed: as in `set_hints`.
+        // Relaxed: as in `set_min`.
         self.cancels.load(Ordering::Relaxed)
     }
 
@@ -526,18 +525,13 @@ mod tests {
     }
 
     #[test]
-    fn the_hints_say_nothing_is_staged_once_it_is_empty() {
+    fn the_earliest_deadline_stays_until_the_stage_is_emptied_by_a_hand_over() {
         let stage = Stage::new();
         assert_eq!(stage.min(), None);
-        stage.set_hints(2, 70);
+        stage.set_min(70);
         assert_eq!(stage.min(), Some(70));
-        stage.set_hints(0, 70);
-        assert_eq!(stage.min(), None);
-        stage.set_hints(2, 70);
-        stage.set_len(1);
-        assert_eq!(stage.min(), Some(70), "the earliest stays, early at worst");
-        stage.set_len(0);
-        assert_eq!(stage.min(), None);
+        stage.set_min(u64::MAX);
+        assert_eq!(stage.min(), None, "handed over or collected");
     }
 
     #[test]

@@ -11,6 +11,7 @@ mod support;
 use loom::thread::{self, JoinHandle};
 use shardwheel::loom_api::{Due, Refused, Stage};
 use std::sync::Arc;
+use std::sync::atomic::Ordering::SeqCst;
 use support::Harness;
 
 /// Runs `other` on a thread of its own while the reaper makes a pass at 10, then, once
@@ -191,5 +192,84 @@ fn a_timer_staged_as_the_reaper_plans_to_sleep_is_not_slept_past() {
         h.shard.schedule_staged(&stage, 5, h.payload(1)).unwrap();
         reaper.join().unwrap();
         assert_eq!(h.drops(), 1);
+    });
+}
+
+/// The deadlines and clock of `a_timer_staged_after_the_earliest_was_taken_back`.
+struct Times {
+    first: u64,
+    second: u64,
+    /// The reaper's passes: tick and clock (both timers due by then).
+    tick: u64,
+    elapsed: u64,
+    /// Where the reaper plans to sleep until (its next work elsewhere).
+    plan: u64,
+}
+
+/// The owner stages a timer due at `first` (payload 1), takes it back, which empties its
+/// stage, and stages one due at `second`, later (payload 10): no new earliest, so it makes
+/// no handshake of its own. The reaper, planning to sleep past both meanwhile, must still
+/// wake for it or see the stage before it parks: the stage's earliest stays at `first`
+/// until the stage is collected. (A reaper that forgets an emptied stage's earliest parks
+/// for ever here, which loom reports.)
+fn a_timer_staged_after_the_earliest_was_taken_back(h: Harness, t: Times) {
+    let reaper = {
+        let h = h.clone();
+        thread::spawn(move || {
+            h.shard.register_reaper();
+            let mut due = Due::new();
+            loop {
+                h.pass_at(&mut due, t.tick, t.elapsed);
+                if h.fired_values.load(SeqCst) >= 10 {
+                    break due;
+                }
+                if h.shard.may_sleep(&due, t.plan, false) {
+                    thread::park();
+                }
+            }
+        })
+    };
+    let stage = h.shard.register_stage().unwrap();
+    let (slot, generation) = h
+        .shard
+        .schedule_staged(&stage, t.first, h.payload(1))
+        .unwrap();
+    // `None` if the reaper collected the stage first: that timer fires then.
+    drop(h.shard.take_staged(&stage, slot, generation));
+    h.shard
+        .schedule_staged(&stage, t.second, h.payload(10))
+        .unwrap();
+    let mut due = reaper.join().unwrap();
+    // The first timer, if it was not taken back: the reaper may have collected it in the
+    // pass that fired the second.
+    h.pass_at(&mut due, t.tick, t.elapsed);
+    assert_eq!(h.drops(), 2);
+}
+
+#[test]
+fn a_timer_staged_after_the_earliest_was_taken_back_is_not_slept_past_rounded() {
+    loom::model(|| {
+        let t = Times {
+            first: 5,
+            second: 7,
+            tick: 10,
+            elapsed: 10,
+            plan: 100,
+        };
+        a_timer_staged_after_the_earliest_was_taken_back(Harness::new(), t);
+    });
+}
+
+#[test]
+fn a_timer_staged_after_the_earliest_was_taken_back_is_not_slept_past_exact() {
+    loom::model(|| {
+        let t = Times {
+            first: 1_500,
+            second: 1_800,
+            tick: 2,
+            elapsed: 2_000,
+            plan: 100_000,
+        };
+        a_timer_staged_after_the_earliest_was_taken_back(Harness::exact(), t);
     });
 }

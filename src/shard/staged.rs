@@ -99,8 +99,9 @@ impl<T> Shard<T> {
         // Relaxed: the deadline, place and state are published with the stage (its
         // Release), or with the inbox push that hands the stage over.
         slot.deadline.store(deadline, Ordering::Relaxed);
-        // The earliest deadline staged so far, as the holder of the stage last recorded it.
-        let earliest = stage.min();
+        // Whether this timer is the earliest staged since the stage was last emptied by a
+        // hand-over or a collection, as the holder of the stage last recorded it.
+        let earliest = stage.min().is_none_or(|min| deadline < min);
         // SAFETY: the stage is held.
         let len = unsafe {
             stage.with(|held| {
@@ -111,9 +112,8 @@ impl<T> Shard<T> {
         };
         slot.state
             .store(slots::word(generation, PENDING) | STAGED, Ordering::Relaxed);
-        match earliest {
-            Some(min) if min <= deadline => stage.set_len(len),
-            _ => stage.set_hints(len, deadline),
+        if earliest {
+            stage.set_min(deadline);
         }
         if len == STAGE_LEN {
             self.hand_over(stage);
@@ -121,10 +121,14 @@ impl<T> Shard<T> {
         self.leave(stage);
         // The handshake with the reaper's plan (see `stage`): a reaper that planned to
         // sleep past this timer meanwhile gets it now. Only for a new earliest deadline:
-        // a timer due no earlier than one already staged is covered by that one's
-        // handshake (the reaper wakes for it, and collects the whole stage then, or its
-        // owner handed it over and the stage was empty).
-        if earliest.is_none_or(|min| deadline < min) && self.wakeup.sleeps_past(deadline) {
+        // a timer due no earlier than one staged since the stage was last emptied is
+        // covered by that one's handshake, even if the owner took that one back since
+        // (the recorded earliest stays, `Stage::min`): the reaper wakes for it and
+        // collects the whole stage then, or its owner handed the stage over and it was
+        // empty. So a thread that schedules and cancels one timer at a time makes the
+        // handshake's SeqCst fence once until the reaper collects its stage, not once a
+        // timer.
+        if earliest && self.wakeup.sleeps_past(deadline) {
             self.hand_over_to_sleeper(stage, deadline);
         }
         stage.count_scheduled();
@@ -285,7 +289,7 @@ impl<T> Shard<T> {
             })
         };
         let min = stage.min().unwrap_or(u64::MAX);
-        stage.set_hints(0, u64::MAX);
+        stage.set_min(u64::MAX);
         if !cancels.is_empty() {
             stage.set_cancels(false);
         }
@@ -494,7 +498,7 @@ impl<T> Shard<T> {
                 arrived
             })
         };
-        stage.set_hints(0, u64::MAX);
+        stage.set_min(u64::MAX);
         stage.set_cancels(false);
         arrived
     }

@@ -16,7 +16,7 @@ impl<T> Shard<T> {
     /// next timer; returns the payload to drop.
     #[inline]
     pub(super) fn reclaim(&self, stage: &Stage, index: u32, slot: Slot<'_, T>) -> Option<T> {
-        self.holding(stage, |held| self.unstage(stage, held, index, slot))
+        self.holding(stage, |held| self.unstage(held, index, slot))
     }
 
     /// Runs `work` on the contents of `stage`, the calling thread's own, with the stage
@@ -65,7 +65,7 @@ impl<T> Shard<T> {
             )
             .ok()?;
         self.count_cancelled(Some(stage));
-        self.unstage(stage, held, index, slot)
+        self.unstage(held, index, slot)
     }
 
     /// The owner's cancel of the timer of generation `generation` in slot `index`, with its
@@ -92,7 +92,7 @@ impl<T> Shard<T> {
             // SAFETY: taken above. `None` if the timer is staged in another thread's stage,
             // whose holder frees it.
             Cancelled::Staged => unsafe {
-                stage.with(|held| self.unstage(stage, held, index, slot))
+                stage.with(|held| self.unstage(held, index, slot))
             },
         };
         self.leave(stage);
@@ -121,7 +121,7 @@ impl<T> Shard<T> {
     /// holds it; `None` (and nothing done) otherwise. (A staged timer cancelled by another
     /// thread the reaper frees when it takes it in.)
     #[inline]
-    fn unstage(&self, stage: &Stage, held: &mut Held, index: u32, slot: Slot<'_, T>) -> Option<T> {
+    fn unstage(&self, held: &mut Held, index: u32, slot: Slot<'_, T>) -> Option<T> {
         // Relaxed: the slot's place was written by this thread when it staged it. If the
         // slot is no longer in this stage, the check below fails: a slot is in one stage at
         // most, only the owner puts it there, and it is not staging now.
@@ -159,7 +159,8 @@ impl<T> Shard<T> {
                 .link
                 .store(place as u32, Ordering::Relaxed);
         }
-        stage.set_len(held.staged.len());
+        // The stage's earliest deadline stays, even if the stage is now empty (see
+        // `Stage::min`).
         Some(payload)
     }
 
