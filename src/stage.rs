@@ -389,13 +389,19 @@ impl Stage {
         self.held.with_mut(|held| f(unsafe { &mut *held }))
     }
 
-    /// The holder records the earliest deadline staged: `min`, a new earliest, or
-    /// `u64::MAX` once it emptied the stage by a hand-over or a collection.
+    /// The holder records a new earliest deadline staged. A timer due at `u64::MAX` (the
+    /// end of time) is recorded one nanosecond early, as `u64::MAX` says "none".
     #[inline]
     pub(crate) fn set_min(&self, min: u64) {
         // Relaxed: a hint for the reaper's look, which the SeqCst fences of the park
         // handshake order (see the module doc).
-        self.min.store(min, Ordering::Relaxed);
+        self.min.store(min.min(u64::MAX - 1), Ordering::Relaxed);
+    }
+
+    /// The holder emptied the stage by a hand-over or a collection: no earliest.
+    pub(crate) fn clear_min(&self) {
+        // Relaxed: as in `set_min`.
+        self.min.store(u64::MAX, Ordering::Relaxed);
     }
 
     /// The earliest deadline staged since the stage was last handed over or collected, as
@@ -530,8 +536,10 @@ mod tests {
         assert_eq!(stage.min(), None);
         stage.set_min(70);
         assert_eq!(stage.min(), Some(70));
-        stage.set_min(u64::MAX);
+        stage.clear_min();
         assert_eq!(stage.min(), None, "handed over or collected");
+        stage.set_min(u64::MAX);
+        assert_eq!(stage.min(), Some(u64::MAX - 1), "the end of time, a hair early");
     }
 
     #[test]

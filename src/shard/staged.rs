@@ -289,7 +289,7 @@ impl<T> Shard<T> {
             })
         };
         let min = stage.min().unwrap_or(u64::MAX);
-        stage.set_min(u64::MAX);
+        stage.clear_min();
         if !cancels.is_empty() {
             stage.set_cancels(false);
         }
@@ -498,7 +498,7 @@ impl<T> Shard<T> {
                 arrived
             })
         };
-        stage.set_min(u64::MAX);
+        stage.clear_min();
         stage.set_cancels(false);
         arrived
     }

@@ -226,6 +226,24 @@ fn a_pass_collects_every_stage_holding_a_timer_due() {
     assert_eq!(shard.pending(), 1, "stage 3's timer is not due");
 }
 
+/// A staged timer due at the end of time (`u64::MAX`, where a deadline saturates) fires
+/// when the clock gets there: the stage records it one nanosecond early, as `u64::MAX`
+/// says that nothing is staged.
+#[test]
+fn a_staged_timer_due_at_the_end_of_time_fires_there() {
+    let shard = exact_shard();
+    let stage = shard.register_stage().unwrap();
+    shard.schedule_staged(&stage, u64::MAX, Box::new(7)).unwrap();
+    let mut due = Due::new();
+    let fired = std::sync::Mutex::new(Vec::new());
+    let record = |payload: Box<u64>| fired.lock().unwrap().push(*payload);
+    // One pass collects the stage, the next fires what it took in.
+    for _ in 0..2 {
+        shard.pass(&mut due, u64::MAX / 1_000, &|| u64::MAX, &record);
+    }
+    assert_eq!(*fired.lock().unwrap(), [7]);
+}
+
 /// A thread takes the slots a pass freed as one batch into its stage; when it lets go,
 /// the reaper gives the batch's unused slots back to the shard with the stage's other
 /// free slots, and the next thread reuses them all rather than claiming new ones.
