@@ -65,7 +65,10 @@ impl<T> Shard<T> {
             )
             .ok()?;
         self.count_cancelled(Some(stage));
-        self.unstage(held, index, slot)
+        // The CAS checked what `unstage` would: its place above, and the word it left,
+        // `CANCELLED` and `STAGED` with no change or reset, which no other thread changes
+        // now (a cancel or reset acts on a pending timer only).
+        Some(self.unstage_cancelled(held, index, slot, place, generation))
     }
 
     /// The owner's cancel of the timer of generation `generation` in slot `index`, with its
@@ -137,8 +140,17 @@ impl<T> Shard<T> {
             return None;
         }
         debug_assert_ne!(word & STAGED, 0, "only the stage's holder unstages");
+        Some(self.unstage_cancelled(held, index, slot, place, generation))
+    }
+
+    /// `unstage`'s work once checked: slot `index` of generation `generation` is at
+    /// `place` in the stage whose contents are `held`, cancelled, with no change or reset
+    /// on it. Takes its payload and frees the slot as `unstage` says.
+    #[inline]
+    fn unstage_cancelled(&self, held: &mut Held, index: u32, slot: Slot<'_, T>, place: usize, generation: u32) -> T {
         // SAFETY: the slot is staged here, so no reaper has seen it, and it is cancelled
-        // with no change or reset on it: nobody else takes its payload or touches it.
+        // with no change or reset on it (the caller checked): nobody else takes its
+        // payload or touches it.
         let payload = unsafe { slot.take_payload() };
         let kept = if held.free.len() < FREE_LEN {
             // False if retired: its generation would wrap.
@@ -161,7 +173,7 @@ impl<T> Shard<T> {
         }
         // The stage's earliest deadline stays, even if the stage is now empty (see
         // `Stage::min`).
-        Some(payload)
+        payload
     }
 
     /// A slot in a stage held by the caller. (Inline, as the owner's steps that use it: a
