@@ -1,18 +1,23 @@
 //! The dispatcher: runs the handler on each job the local timer fires, once its start is
 //! checked.
 //!
-//! It takes every job fired since it last looked, has their start checked in one round trip
-//! (`start`), then for each started job records its lateness on the server's clock and polls
-//! the handler's future once in place: a handler done at once costs no task; one that is not
-//! is spawned (at most `concurrency` at once) with its lease extended while it runs
-//! (`lease`). Every outcome goes to the settler: ack on `Ok`, fail on an error or a panic.
+//! It takes every job fired since it last looked and has their start checked in one round
+//! trip (`start`), without waiting for the checks already out: up to `CHECKS_IN_FLIGHT` are
+//! in flight at once, pipelined on the checks' connection, so a job that fires during a
+//! check is checked at once rather than after that check's reply (with one check at a time
+//! it waited for the reply and then for a round trip of its own). As each check comes back,
+//! for each started job it records its lateness on the server's clock and polls the
+//! handler's future once in place: a handler done at once costs no task; one that is not is
+//! spawned (at most `concurrency` at once) with its lease extended while it runs (`lease`).
+//! Every outcome goes to the settler: ack on `Ok`, fail on an error or a panic.
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures_util::FutureExt;
+use futures_util::stream::FuturesUnordered;
+use futures_util::{FutureExt, StreamExt};
 use shardwheel::Timer;
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
@@ -40,6 +45,20 @@ pub(crate) struct Dispatch<F> {
     pub(crate) permits: Arc<Semaphore>,
 }
 
+/// Most start checks a worker has in flight (each one `start.lua` call per shard among its
+/// jobs); past it, newly fired jobs wait for a reply and go in the next check together.
+const CHECKS_IN_FLIGHT: usize = 4;
+
+/// What the dispatcher saw next.
+enum Next {
+    /// A job the timer fired (`None`: the timer is gone).
+    Fired(Option<Claimed>),
+    /// A check came back with the jobs that may start (`None`: no check in flight).
+    Checked(Option<Vec<Claimed>>),
+    /// The worker is stopping: the timer fires nothing more.
+    TimerDone,
+}
+
 pub(crate) async fn dispatch_loop<F, Fut, E>(
     dispatch: Dispatch<F>,
     mut fire_rx: mpsc::UnboundedReceiver<Claimed>,
@@ -50,40 +69,59 @@ pub(crate) async fn dispatch_loop<F, Fut, E>(
     Fut: Future<Output = Result<(), E>> + Send + 'static,
     E: Send + 'static,
 {
+    let shared = &dispatch.shared;
+    let mut checks = FuturesUnordered::new();
     let mut done = false;
     'instants: loop {
-        let first = if done {
+        let room = checks.len() < CHECKS_IN_FLIGHT;
+        let next = if !room {
+            Next::Checked(checks.next().await)
+        } else if done {
+            // Stopping: the jobs fired before the timer stopped, then the checks still out.
             match fire_rx.try_recv() {
-                Ok(claimed) => claimed,
-                Err(_) => break,
+                Ok(claimed) => Next::Fired(Some(claimed)),
+                Err(_) => Next::Checked(checks.next().await),
             }
         } else {
+            // A fired job first: its check goes out at once, beside those in flight.
             tokio::select! {
-                claimed = fire_rx.recv() => match claimed {
-                    Some(claimed) => claimed,
-                    None => break,
-                },
-                _ = &mut timer_done => {
-                    done = true;
-                    continue;
-                }
+                biased;
+                claimed = fire_rx.recv() => Next::Fired(claimed),
+                started = checks.next(), if !checks.is_empty() => Next::Checked(started),
+                _ = &mut timer_done => Next::TimerDone,
             }
         };
-        // Every job fired since the last look is checked in one round trip (`start`).
-        let mut fired = vec![first];
-        while fired.len() < start::MOST {
-            match fire_rx.try_recv() {
-                Ok(claimed) => fired.push(claimed),
-                Err(_) => break,
+        match next {
+            Next::Fired(Some(first)) => {
+                // Every job fired since the last look is checked in one round trip (`start`).
+                let mut fired = vec![first];
+                while fired.len() < start::MOST {
+                    match fire_rx.try_recv() {
+                        Ok(claimed) => fired.push(claimed),
+                        Err(_) => break,
+                    }
+                }
+                Counters::add(&shared.counters.held, 0u64.wrapping_sub(fired.len() as u64));
+                Counters::add(&shared.counters.checks, 1);
+                if !checks.is_empty() {
+                    Counters::add(&shared.counters.checks_overlapped, 1);
+                }
+                checks.push(start::check(
+                    shared,
+                    &dispatch.timer,
+                    &dispatch.settle_tx,
+                    fired,
+                ));
             }
-        }
-        let shared = &dispatch.shared;
-        Counters::add(&shared.counters.held, 0u64.wrapping_sub(fired.len() as u64));
-        let fired = start::check(shared, &dispatch.timer, &dispatch.settle_tx, fired).await;
-        for claimed in fired {
-            if !dispatch.run(claimed).await {
-                break 'instants;
+            Next::Fired(None) | Next::TimerDone => done = true,
+            Next::Checked(Some(started)) => {
+                for claimed in started {
+                    if !dispatch.run(claimed).await {
+                        break 'instants;
+                    }
+                }
             }
+            Next::Checked(None) => break,
         }
     }
     // Every handler holds a permit until it has sent its outcome.

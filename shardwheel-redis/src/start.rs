@@ -4,14 +4,16 @@
 //! job's due time the job may be cancelled or rescheduled, or its lease taken back. So when
 //! the local timer fires jobs, the dispatcher takes every job fired since it last looked,
 //! groups them by shard and sends one `start.lua` call per shard (at most `BATCH` jobs
-//! each), all at once: one round trip per instant, not per job. The calls go on the queue's
-//! second connection, which nothing else uses: on the first, a check would wait behind
-//! every claim and acknowledgement pipelined before it (a server runs one connection's
-//! commands in order), and in D1 at a fifth of its scale (load 1-1.5) the second connection
-//! halved the lateness (p50 14.2 -> 7.7 ms, p99 939 -> 466 ms). The script compares each
-//! job's claim token with the one the store holds, its lease expiry and its due time with the server's `TIME`, atomically, and writes nothing: a
-//! script that only reads is neither appended to the AOF (no fsync with `appendfsync
-//! always`) nor replicated, so the check adds no write to the server's scheduling traffic.
+//! each), all at once: one round trip per instant, not per job, while the checks of
+//! earlier instants may still be in flight (`dispatch`). The calls go on the queue's second
+//! connection, which nothing else uses: on the first, a check would wait behind every claim
+//! and acknowledgement pipelined before it (a server runs one connection's commands in
+//! order), and in D1 at a fifth of its scale (load 1-1.5) the second connection halved the
+//! lateness (p50 14.2 -> 7.7 ms, p99 939 -> 466 ms). The script compares each job's claim
+//! token with the one the store holds, its lease expiry and its due time with the server's
+//! `TIME`, atomically, and writes nothing: a script that only reads is neither appended to
+//! the AOF (no fsync with `appendfsync always`) nor replicated, so the check adds no write
+//! to the server's scheduling traffic.
 //! A cancel or reschedule is applied wholly before or wholly after a check; it removes the
 //! claim's record, so every later check refuses the job, and it tells whether an earlier
 //! check may have passed from the claim's due time alone, since a check passes only at or

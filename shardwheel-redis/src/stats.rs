@@ -46,6 +46,12 @@ pub struct Stats {
     /// this worker's claim with a live lease: cancelled, rescheduled or taken back meanwhile,
     /// or its lease expired (the start check).
     pub revoked: u64,
+    /// Start checks sent: one for the jobs fired in one instant (one `start.lua` call per
+    /// shard among them).
+    pub checks: u64,
+    /// Start checks sent while earlier ones were still awaited (a worker has at most four
+    /// out at once): jobs that fired during a check did not wait for its reply.
+    pub checks_overlapped: u64,
     /// Expired leases (of any worker) this worker's claims took back.
     pub reaped: u64,
     /// Runs that started before their due time by the server's clock, as far as the claim's
@@ -86,7 +92,7 @@ impl fmt::Display for Stats {
         write!(
             f,
             "claimed={} delivered={} acked={} refused={} retried={} dead_lettered={} \
-             released={} revoked={} reaped={} early={} extended={} woken={} errors={} held={} late_p50={:?} \
+             released={} revoked={} checks={} checks_overlapped={} reaped={} early={} extended={} woken={} errors={} held={} late_p50={:?} \
              late_p99={:?} late_max={:?}",
             self.claimed,
             self.delivered,
@@ -96,6 +102,8 @@ impl fmt::Display for Stats {
             self.dead_lettered,
             self.released,
             self.revoked,
+            self.checks,
+            self.checks_overlapped,
             self.reaped,
             self.early,
             self.extended,
@@ -127,6 +135,8 @@ pub(crate) struct Counters {
     pub dead_lettered: AtomicU64,
     pub released: AtomicU64,
     pub revoked: AtomicU64,
+    pub checks: AtomicU64,
+    pub checks_overlapped: AtomicU64,
     pub reaped: AtomicU64,
     pub early: AtomicU64,
     pub extended: AtomicU64,
@@ -177,6 +187,8 @@ impl Counters {
             dead_lettered: get(&self.dead_lettered),
             released: get(&self.released),
             revoked: get(&self.revoked),
+            checks: get(&self.checks),
+            checks_overlapped: get(&self.checks_overlapped),
             reaped: get(&self.reaped),
             early: get(&self.early),
             extended: get(&self.extended),

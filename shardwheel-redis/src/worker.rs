@@ -12,7 +12,8 @@
 //!   was scheduled.
 //! - the timer's reaper fires each job at its instant into a channel; the **dispatcher**
 //!   (`dispatch`) has the start of the jobs fired in one instant checked on the server in one
-//!   round trip (`start`: a job cancelled or rescheduled since its claim does not run),
+//!   round trip (`start`: a job cancelled or rescheduled since its claim does not run; a
+//!   few instants' checks may be in flight at once),
 //!   records lateness and runs the handler: polled once in place (a handler done at once
 //!   costs no task), spawned otherwise (at most `concurrency` at once), its lease extended
 //!   while it runs (`lease`);

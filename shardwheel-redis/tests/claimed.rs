@@ -2,7 +2,8 @@
 //! 100 ms and 5 ms before their due time, against a real server: a job cancelled before its
 //! due time never runs, a rescheduled one runs once, at its new time, never before it;
 //! `cancel` and `reschedule` say which happened: a call that reached the server before the
-//! due time revoked the claim, one that reached it after says the run may have begun.
+//! due time revoked the claim, one that reached it after says the run may have begun. And a
+//! start check held up on the server does not hold back the check of a job fired meanwhile.
 
 mod support;
 
@@ -174,4 +175,48 @@ async fn cancel_and_reschedule_reach_claimed_jobs_until_their_due_time() {
         !ran.is_some_and(|ran| ran.iter().any(|run| run.0 == plan.due))
     });
     assert_eq!(stats.revoked, unrun.count() as u64, "{stats}");
+}
+
+/// A start check held up on the server (here by `CLIENT PAUSE`) does not hold back the
+/// check of a job that fires meanwhile: that one is sent at once, beside the first, and
+/// both jobs run once, after their due times, when the server answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_fired_while_a_check_is_held_up_is_checked_at_once_and_runs() {
+    let server = support::Server::start();
+    let queue = Queue::connect(&server.url(), "held").await.unwrap();
+    let (seen, handler) = support::recording();
+    let worker = Worker::builder().start(queue.clone(), handler).unwrap();
+    let now = queue.server_time().await.unwrap();
+    let first = now + Duration::from_secs(3);
+    let second = first + Duration::from_secs(1);
+    let jobs = [("first", first), ("second", second)].map(|(id, at)| (id, When::At(at), &b""[..]));
+    support::schedule_new(&queue, jobs).await;
+    support::until("both jobs claimed", async || {
+        queue.counts().await.unwrap().claimed == 2
+    })
+    .await;
+    // Every client waits from now until well after the second job's due time: the first
+    // job's check is held up on the server when the second job fires.
+    let now = queue.server_time().await.unwrap();
+    let ahead = first
+        .duration_since(now)
+        .expect("claimed before the first due time");
+    let pause = ahead + Duration::from_secs(4);
+    let mut conn = server.sync_conn();
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(pause.as_millis() as u64)
+        .arg("ALL")
+        .query(&mut conn)
+        .unwrap();
+    support::until("both jobs run", async || seen.lock().unwrap().len() == 2).await;
+    let stats = worker.stop().await;
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen["first"], [1], "the first job ran once");
+    assert_eq!(seen["second"], [1], "the second job ran once");
+    assert_eq!((stats.early, stats.revoked), (0, 0), "{stats}");
+    assert!(
+        stats.checks_overlapped >= 1,
+        "the second job's check waited for the first's reply: {stats}"
+    );
 }

@@ -19,9 +19,12 @@
 -- Bound: O(n log N) for n jobs in the call (the client sends at most 512 a call), n + 2
 -- redis calls. The work per job is kept to the HSETNX and a share of one ZADD: the client
 -- computes the payload hash's number and sends the jobs sorted by time, the due times go to
--- ZADD as Lua numbers (integers below 2^53, which Redis writes exactly), and the reply
--- names only the repeated ids rather than one result per job.
-local call = redis.call
+-- ZADD as text made with '%d' (Redis 7.0 turns a Lua number argument into text with
+-- '%.17g', glibc's exact float printing: a tenth of the script's server instructions under
+-- callgrind), and the reply names only the repeated ids rather than one result per job.
+-- Per job it costs the server what a bare HSET + ZADD script costs (the bench's floor):
+-- the same instructions under callgrind with Lua numbers, 4 % fewer with '%d'.
+local call, format = redis.call, string.format
 local t = call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local prefix = ARGV[1]
@@ -37,7 +40,7 @@ for i = 5, #ARGV, 4 do
     local at = tonumber(ARGV[i + 1])
     if relative then at = now + at end
     if at <= soon then wake = true end
-    zadd[n + 1] = at
+    zadd[n + 1] = format('%d', at)
     zadd[n + 2] = id
     n = n + 2
   else
