@@ -531,7 +531,7 @@ mod tests {
     }
 
     #[test]
-    fn the_earliest_deadline_stays_until_the_stage_is_emptied_by_a_hand_over() {
+    fn the_earliest_deadline_is_recorded_until_cleared_and_the_end_of_time_a_hair_early() {
         let stage = Stage::new();
         assert_eq!(stage.min(), None);
         stage.set_min(70);
