@@ -22,8 +22,12 @@
 //! timer), tokio's `tokio::time::timeout`, the same on a runtime with tokio's alternative
 //! timer (`tokio-alt-timeout`: `Builder::enable_alt_timer`, per-worker wheels; tokio builds
 //! it only under `--cfg tokio_unstable`, so this peer is there only in a bench built with
-//! `RUSTFLAGS="--cfg tokio_unstable"`, see benches/README.md), and no timeout at all (the
-//! runtime's own cost of the same tasks: the floor). They take turns over rounds in one
+//! `RUSTFLAGS="--cfg tokio_unstable"`, see benches/README.md), no timeout at all (the
+//! runtime's own cost of the same tasks: the floor), and, in W7 only, `waker-and-clock`: no
+//! timer, only what any timeout does at its first `Pending` whatever its timer (a clone of
+//! the task's waker, dropped at the end, and one `rdtsc`), so that its time over the floor
+//! splits shardwheel's into what no timer can leave out and the timer's own work
+//! (`over_parts_ns`). They take turns over rounds in one
 //! process, the first in a round rotating; a first round warms the allocator and the
 //! runtime and is not counted.
 //! Rates (`ops_per_s`, timed from the first task's start to the last task's end) are
@@ -70,7 +74,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 #[cfg(tokio_unstable)]
 use timeouts::TokioAltTimeout;
-use timeouts::{NoTimeout, PingoraTimeout, Shardwheel, ShardwheelTime, Timeouts, TokioTimeout};
+use timeouts::{
+    NoTimeout, PingoraTimeout, Shardwheel, ShardwheelTime, Timeouts, TokioTimeout, WakerAndClock,
+};
 use tokio::runtime::Runtime;
 
 #[global_allocator]
@@ -92,6 +98,7 @@ enum Impl {
     #[cfg(tokio_unstable)]
     TokioAlt,
     None,
+    WakerAndClock,
 }
 
 impl Impl {
@@ -103,6 +110,7 @@ impl Impl {
         #[cfg(tokio_unstable)]
         Impl::TokioAlt,
         Impl::None,
+        Impl::WakerAndClock,
     ];
 
     fn name(self) -> &'static str {
@@ -114,6 +122,7 @@ impl Impl {
             #[cfg(tokio_unstable)]
             Impl::TokioAlt => TokioAltTimeout::NAME,
             Impl::None => NoTimeout::NAME,
+            Impl::WakerAndClock => WakerAndClock::NAME,
         }
     }
 
@@ -127,6 +136,7 @@ impl Impl {
             #[cfg(tokio_unstable)]
             Impl::TokioAlt => round::<TokioAltTimeout, W>(&runtimes.alt, workload),
             Impl::None => round::<NoTimeout, W>(runtime, workload),
+            Impl::WakerAndClock => round::<WakerAndClock, W>(runtime, workload),
         }
     }
 }
@@ -304,7 +314,10 @@ impl<O> Measured<O> {
     /// same load (`same_load`); `unpaired=` counts the pairs left out, and a peer with no
     /// pair left has no ratio (`vs_<peer>=none`). Beside the floor's ratio,
     /// `over_floor_ns=`: the median over the same rounds of the time per operation a
-    /// timeout adds to the floor's (of the rate, so over both workers: 1e9 / ops_per_s).
+    /// timeout adds to the floor's (of the rate, so over both workers: 1e9 / ops_per_s);
+    /// beside `waker-and-clock`'s, `over_parts_ns=`: what shardwheel adds to that peer's,
+    /// its timer's own work. Then, if both ran, `RESULT <label> waker-and-clock
+    /// over_floor_ns=..`: what a timeout costs with no timer at all.
     fn print_ratios(&self, label: &str) {
         let Some((_, ours)) = self.each().find(|(i, _)| *i == Impl::Shardwheel) else {
             return;
@@ -314,25 +327,20 @@ impl<O> Measured<O> {
             .each()
             .filter(|(i, _)| *i != Impl::Shardwheel)
             .map(|(peer, theirs)| {
-                // The rates of the rounds whose two turns ran under the same load.
-                let pairs: Vec<(f64, f64)> = ours
-                    .iter()
-                    .zip(theirs)
-                    .filter(|(a, b)| same_load(a, b))
-                    .map(|(a, b)| (a.per_s, b.per_s))
-                    .collect();
+                let pairs = same_load_pairs(ours, theirs);
                 unpaired += ours.len() - pairs.len();
                 if pairs.is_empty() {
                     return format!("vs_{}=none", peer.name());
                 }
                 let ratio = median(pairs.iter().map(|(a, b)| a / b).collect());
                 let ratio = format!("vs_{}={ratio:.2}", peer.name());
-                if peer != Impl::None {
-                    return ratio;
+                match peer {
+                    Impl::None => format!("{ratio} over_floor_ns={:.1}", time_over(&pairs)),
+                    Impl::WakerAndClock => {
+                        format!("{ratio} over_parts_ns={:.1}", time_over(&pairs))
+                    }
+                    _ => ratio,
                 }
-                // What a timeout adds to the floor's time per operation, in the same rounds.
-                let over = median(pairs.iter().map(|(a, b)| 1e9 / a - 1e9 / b).collect());
-                format!("{ratio} over_floor_ns={over:.1}")
             })
             .collect();
         if !ratios.is_empty() {
@@ -341,7 +349,33 @@ impl<O> Measured<O> {
                 ratios.join(" ")
             );
         }
+        let find = |wanted: Impl| self.each().find(|(i, _)| *i == wanted).map(|(_, r)| r);
+        if let (Some(parts), Some(floor)) = (find(Impl::WakerAndClock), find(Impl::None)) {
+            let pairs = same_load_pairs(parts, floor);
+            if !pairs.is_empty() {
+                println!(
+                    "RESULT {label} waker-and-clock over_floor_ns={:.1} unpaired={}",
+                    time_over(&pairs),
+                    parts.len() - pairs.len()
+                );
+            }
+        }
     }
+}
+
+/// The rates of the rounds of `a` and `b` whose two turns ran under the same load.
+fn same_load_pairs<O>(a: &[Round<O>], b: &[Round<O>]) -> Vec<(f64, f64)> {
+    a.iter()
+        .zip(b)
+        .filter(|(a, b)| same_load(a, b))
+        .map(|(a, b)| (a.per_s, b.per_s))
+        .collect()
+}
+
+/// The median, over `pairs` of rates, of the time per operation the first adds to the
+/// second's, in nanoseconds.
+fn time_over(pairs: &[(f64, f64)]) -> f64 {
+    median(pairs.iter().map(|(a, b)| 1e9 / a - 1e9 / b).collect())
 }
 
 /// W3-async: requests under random timeouts, one in 1,000 stuck until a 1 ms timeout.
@@ -402,7 +436,13 @@ impl Workload for W3Async {
 
 fn w3_async(runtimes: &Runtimes, impls: &[Impl]) {
     let label = "W3-async T=2";
-    let measured = measure(runtimes, label, W3Async, impls, ROUNDS);
+    // `waker-and-clock` never fires: its stuck requests would never end.
+    let impls: Vec<Impl> = impls
+        .iter()
+        .copied()
+        .filter(|&i| i != Impl::WakerAndClock)
+        .collect();
+    let measured = measure(runtimes, label, W3Async, &impls, ROUNDS);
     for (implementation, rounds) in measured.each() {
         let mut late: Vec<u64> = rounds
             .iter()

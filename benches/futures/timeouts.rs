@@ -1,9 +1,12 @@
 //! The implementations the futures bench puts a timeout on a future with: shardwheel's
 //! `timeout` (and tokio's shape of it), pingora's, tokio's on its default and its
-//! alternative timer, and none (the floor).
+//! alternative timer, none (the floor), and, for W7 only, the parts of a timeout that no
+//! timer can leave out with no timer at all (`waker-and-clock`).
 
 use shardwheel::Timer;
-use std::future::Future;
+use std::future::{Future, poll_fn};
+use std::hint::black_box;
+use std::task::Waker;
 use std::time::Duration;
 
 /// A way to put a timeout on a future.
@@ -146,4 +149,55 @@ impl Timeouts for NoTimeout {
     async fn timeout<F: Future + Send>(&self, _limit: Duration, work: F) -> Option<F::Output> {
         Some(work.await)
     }
+}
+
+/// What any timeout does at its first `Pending`, with no timer: it keeps a clone of the
+/// task's waker (who to wake: the clone and its drop are two reference counts on the
+/// task, for tokio's wakers) and reads a clock (the deadline's base: one `rdtsc`, the
+/// cheapest reading there is, from which shardwheel's own extrapolates). Its time over the
+/// floor is what a timer's own work adds to in W7; it never fires, so it runs in W7 alone.
+pub(super) struct WakerAndClock;
+
+impl Timeouts for WakerAndClock {
+    const NAME: &'static str = "waker-and-clock";
+
+    fn new() -> Self {
+        WakerAndClock
+    }
+
+    async fn timeout<F: Future + Send>(&self, limit: Duration, work: F) -> Option<F::Output> {
+        let mut work = std::pin::pin!(work);
+        let mut kept: Option<(Waker, u64)> = None;
+        let output = poll_fn(|cx| {
+            let polled = work.as_mut().poll(cx);
+            if polled.is_pending() && kept.is_none() {
+                kept = Some((cx.waker().clone(), black_box(deadline(limit))));
+            }
+            polled
+        })
+        .await;
+        drop(black_box(kept));
+        Some(output)
+    }
+}
+
+/// A deadline `limit` after a reading of the cheapest clock (in its own units).
+fn deadline(limit: Duration) -> u64 {
+    read_clock().wrapping_add(limit.as_nanos() as u64)
+}
+
+#[cfg(target_arch = "x86_64")]
+fn read_clock() -> u64 {
+    // SAFETY: `rdtsc` reads the time-stamp counter, which every x86_64 processor has; it
+    // touches no memory.
+    unsafe { std::arch::x86_64::_rdtsc() }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn read_clock() -> u64 {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    START
+        .get_or_init(std::time::Instant::now)
+        .elapsed()
+        .as_nanos() as u64
 }
