@@ -123,7 +123,7 @@ mod events {
 
     /// The kernel refused a `membarrier` it had accepted the registration for (a seccomp
     /// filter installed since): the stages' fences are full fences on both sides now.
-    #[cfg_attr(any(not(target_os = "linux"), miri), allow(dead_code))]
+    #[cfg_attr(any(not(target_os = "linux"), loom, miri), allow(dead_code))]
     pub(crate) fn fences_fell_back() {
         tracing::warn!(
             "membarrier was refused after its registration (a seccomp filter?): shardwheel \
@@ -139,6 +139,6 @@ mod events {
     pub(crate) fn reaper_started(_: usize) {}
     pub(crate) fn reaper_stopped(_: usize, _: usize) {}
     pub(crate) fn gave_back(_: u32, _: u32) {}
-    #[cfg_attr(any(not(target_os = "linux"), miri), allow(dead_code))]
+    #[cfg_attr(any(not(target_os = "linux"), loom, miri), allow(dead_code))]
     pub(crate) fn fences_fell_back() {}
 }
