@@ -188,13 +188,17 @@ async fn claim_takes_a_bounded_batch_within_the_window_with_fresh_tokens() {
             let (now, jobs, reaped) = claim(&queue, shard, 1000, 30_000, 7, 5).await;
             assert_eq!(reaped, 0);
             assert!(jobs.len() <= 7, "a claim took {} > 7", jobs.len());
-            for (id, due, token, attempt, payload) in &jobs {
+            // The jobs of a claim share its token, which no other claim of the shard had.
+            if let Some(&(_, _, token, _, _)) = jobs.first() {
+                assert!(jobs.iter().all(|job| job.2 == token), "{jobs:?}");
+                assert!(tokens.insert((shard, token)), "token {token} reused");
+            }
+            for (id, due, _, attempt, payload) in &jobs {
                 assert!(
                     *due <= now + 1000,
                     "{id} due {due} beyond the window at {now}"
                 );
                 assert_eq!((*attempt, payload.as_slice()), (1, &b"p"[..]));
-                assert!(tokens.insert((shard, *token)), "token {token} reused");
                 assert_eq!(shard_of(id.as_bytes(), 4), shard);
                 claimed.push(id.clone());
             }
@@ -212,6 +216,36 @@ async fn claim_takes_a_bounded_batch_within_the_window_with_fresh_tokens() {
         queue.status("0").await.unwrap().unwrap().0,
         JobState::Claimed { attempt: 1, .. }
     ));
+}
+
+#[tokio::test]
+async fn a_claimed_batch_shares_one_lease_a_lease_after_its_latest_due_time() {
+    let server = support::Server::start();
+    let queue = queue(&server, "b").await;
+    // Two jobs of one shard, due now and in 5 s, claimed together (a window of 10 s).
+    let first = "b-0";
+    let s = shard(&queue, first);
+    let second = (1..)
+        .map(|i| format!("b-{i}"))
+        .find(|id| shard(&queue, id) == s)
+        .unwrap();
+    queue.schedule(first, Duration::ZERO, b"x").await.unwrap();
+    queue
+        .schedule(&second, Duration::from_secs(5), b"x")
+        .await
+        .unwrap();
+    let (_, jobs, _) = claim(&queue, s, 10_000, 30_000, 10, 5).await;
+    assert_eq!(jobs.len(), 2);
+    let latest = jobs.iter().map(|job| job.1).max().unwrap();
+    assert!(latest >= jobs[0].1 + 4_000, "{jobs:?}");
+    // Both leases end 30 s after the later due time, the first job's too.
+    for id in [first, second.as_str()] {
+        assert_eq!(
+            lease_until(queue.status(id).await.unwrap().unwrap().0),
+            crate::job::unix_ms(latest + 30_000),
+            "{id}"
+        );
+    }
 }
 
 /// Runs start.lua on `shard` for (id, token) pairs: one result per pair.
