@@ -54,8 +54,10 @@ impl QueueBuilder {
         self
     }
 
-    /// Payload hashes per shard (default 1024). Each stays compact while it holds up to 128
-    /// jobs, so about `shards * buckets * 100` pending jobs get the smallest memory per job.
+    /// Payload hashes per shard (default 1024). Each stays compact (Redis's listpack
+    /// encoding) while it holds up to 512 jobs with payloads of up to 64 bytes (Redis's
+    /// defaults, `hash-max-listpack-entries` and `hash-max-listpack-value`), so about
+    /// `shards * buckets * 100` pending jobs, about 100 a hash, stay well within it.
     ///
     /// ```
     /// // About 100 million pending jobs at the compact size.

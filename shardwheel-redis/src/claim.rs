@@ -82,29 +82,29 @@ pub(crate) struct ClaimReply {
     pub(crate) reaped: u64,
 }
 
-/// Parses a claim reply: {now ms, {id, due, token, attempt, payload, ...}, reaped, TIME
-/// seconds, TIME microseconds}. An entry whose id is not UTF-8 is set apart in `bad`, alone:
-/// the rest of the batch is parsed as usual.
+/// Parses a claim reply: {now ms, token, {id, due, attempt, payload, ...}, reaped, TIME
+/// seconds, TIME microseconds} (the batch's jobs share its token). An entry whose id is not
+/// UTF-8 is set apart in `bad`, alone: the rest of the batch is parsed as usual.
 pub(crate) fn parse_claim(reply: Value) -> Option<ClaimReply> {
     let Value::Array(mut parts) = reply else {
         return None;
     };
-    if parts.len() != 5 {
+    if parts.len() != 6 {
         return None;
     }
-    let reaped = u64::try_from(int(&parts[2])?).ok()?;
+    let token = u64::try_from(int(&parts[1])?).ok()?;
+    let reaped = u64::try_from(int(&parts[3])?).ok()?;
     let server_ns =
-        i128::from(int(&parts[3])?) * 1_000_000_000 + i128::from(int(&parts[4])?) * 1000;
-    let Value::Array(flat) = std::mem::replace(&mut parts[1], Value::Nil) else {
+        i128::from(int(&parts[4])?) * 1_000_000_000 + i128::from(int(&parts[5])?) * 1000;
+    let Value::Array(flat) = std::mem::replace(&mut parts[2], Value::Nil) else {
         return None;
     };
-    let mut jobs = Vec::with_capacity(flat.len() / 5);
+    let mut jobs = Vec::with_capacity(flat.len() / 4);
     let mut bad = Vec::new();
     let mut items = flat.into_iter();
     while let Some(id) = items.next() {
         let id = bytes(id)?;
         let due = int(&items.next()?)?;
-        let token = u64::try_from(int(&items.next()?)?).ok()?;
         let attempt = u32::try_from(int(&items.next()?)?).ok()?;
         let payload = bytes(items.next()?)?;
         match String::from_utf8(id) {

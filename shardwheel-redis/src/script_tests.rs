@@ -13,6 +13,8 @@ use crate::scripts::SCRIPTS;
 #[path = "../tests/support/mod.rs"]
 mod support;
 
+mod fenced_start;
+
 async fn queue(server: &support::Server, name: &str) -> Queue {
     Queue::builder(name)
         .shards(4)
@@ -188,13 +190,17 @@ async fn claim_takes_a_bounded_batch_within_the_window_with_fresh_tokens() {
             let (now, jobs, reaped) = claim(&queue, shard, 1000, 30_000, 7, 5).await;
             assert_eq!(reaped, 0);
             assert!(jobs.len() <= 7, "a claim took {} > 7", jobs.len());
-            for (id, due, token, attempt, payload) in &jobs {
+            // The jobs of a claim share its token, which no other claim of the shard had.
+            if let Some(&(_, _, token, _, _)) = jobs.first() {
+                assert!(jobs.iter().all(|job| job.2 == token), "{jobs:?}");
+                assert!(tokens.insert((shard, token)), "token {token} reused");
+            }
+            for (id, due, _, attempt, payload) in &jobs {
                 assert!(
                     *due <= now + 1000,
                     "{id} due {due} beyond the window at {now}"
                 );
                 assert_eq!((*attempt, payload.as_slice()), (1, &b"p"[..]));
-                assert!(tokens.insert((shard, *token)), "token {token} reused");
                 assert_eq!(shard_of(id.as_bytes(), 4), shard);
                 claimed.push(id.clone());
             }
@@ -214,112 +220,33 @@ async fn claim_takes_a_bounded_batch_within_the_window_with_fresh_tokens() {
     ));
 }
 
-/// Runs start.lua on `shard` for (id, token) pairs: one result per pair.
-async fn start(queue: &Queue, shard: u32, pairs: &[(&str, u64)]) -> Vec<i64> {
-    let keys = queue.keys(shard);
-    let mut invocation = keys.invoke(&SCRIPTS.start, queue.shards(), queue.buckets());
-    for (id, token) in pairs {
-        invocation.arg(*id).arg(*token);
-    }
-    let reply: Vec<i64> = invocation.invoke_async(&mut queue.conn()).await.unwrap();
-    reply[2..].to_vec()
-}
-
-/// Schedules `id` due after `delay` and claims it (window an hour): its shard and token.
-async fn claimed(queue: &Queue, id: &str, delay: Duration, lease_ms: u64) -> (u32, u64) {
-    queue.schedule(id, delay, b"x").await.unwrap();
-    let s = shard(queue, id);
-    let (_, jobs, _) = claim(queue, s, 3_600_000, lease_ms, 10, 5).await;
-    (s, jobs.iter().find(|j| j.0 == id).unwrap().2)
-}
-
-/// The server's AOF size: what it has appended since it started.
-fn aof_size(conn: &mut redis::Connection) -> u64 {
-    let info: String = redis::cmd("INFO").arg("persistence").query(conn).unwrap();
-    info.lines()
-        .find_map(|line| line.strip_prefix("aof_current_size:"))
-        .and_then(|size| size.trim().parse().ok())
-        .expect("INFO persistence names aof_current_size")
-}
-
 #[tokio::test]
-async fn start_is_fenced_by_token_lease_and_due_time_and_writes_nothing() {
+async fn a_claimed_batch_shares_one_lease_a_lease_after_its_latest_due_time() {
     let server = support::Server::start();
-    let queue = queue(&server, "s").await;
-    let mut conn = server.sync_conn();
-    // A wrong token is revoked, a job not yet due waits, the live token starts (twice:
-    // a repeated call), and the started record still settles.
-    let (s, token) = claimed(&queue, "a", Duration::ZERO, 30_000).await;
-    let (sl, later) = claimed(&queue, "later", Duration::from_secs(600), 30_000).await;
-    let aof = aof_size(&mut conn);
-    assert_eq!(start(&queue, s, &[("a", token + 1)]).await, vec![0]);
-    assert_eq!(start(&queue, sl, &[("later", later)]).await, vec![2]);
-    assert_eq!(start(&queue, s, &[("a", token)]).await, vec![1]);
-    assert_eq!(start(&queue, s, &[("a", token)]).await, vec![1]);
-    assert_eq!(
-        aof_size(&mut conn),
-        aof,
-        "a start check wrote to the AOF (an fsync with appendfsync always)"
-    );
-    assert!(matches!(
-        queue.status("a").await.unwrap().unwrap().0,
-        JobState::Claimed { attempt: 1, .. }
-    ));
-    assert_eq!(settle(&queue, s, 5, &[("a", token, "a")]).await, vec![1]);
-    // A claim whose lease expired does not start (a worker stalled past it), and the next
-    // claim takes it back with its attempt counted.
-    let (s, token) = claimed(&queue, "r", Duration::ZERO, 1).await;
-    tokio::time::sleep(Duration::from_millis(10)).await;
-    assert_eq!(start(&queue, s, &[("r", token)]).await, vec![0]);
-    let (_, jobs, reaped) = claim(&queue, s, 0, 30_000, 10, 5).await;
-    assert_eq!(reaped, 1);
-    assert_eq!((jobs[0].0.as_str(), jobs[0].3), ("r", 2));
-}
-
-#[tokio::test]
-async fn cancel_and_reschedule_revoke_a_claim_and_tell_by_its_due_time_whether_it_may_run() {
-    let server = support::Server::start();
-    let queue = queue(&server, "s").await;
-    // Due in ten minutes: no start can have passed, the claim is revoked. Due now: a start
-    // may have passed (checked or not), so the answer is Started, and a check after the
-    // call is refused all the same.
-    for (id, delay, checked) in [
-        ("b", Duration::from_secs(600), false),
-        ("c", Duration::ZERO, true),
-        ("d", Duration::ZERO, false),
-    ] {
-        let due = delay.is_zero();
-        let (s, token) = claimed(&queue, id, delay, 30_000).await;
-        if checked {
-            assert_eq!(start(&queue, s, &[(id, token)]).await, vec![1]);
-        }
-        let found = queue.cancel(id).await.unwrap();
-        let cancelled = if due {
-            Cancelled::Started
-        } else {
-            Cancelled::Claimed
-        };
-        assert_eq!(found, cancelled, "{id}");
-        assert_eq!(found.runs(), due);
-        assert_eq!(start(&queue, s, &[(id, token)]).await, vec![0]);
-        assert_eq!(queue.status(id).await.unwrap(), None);
-        let (s, token) = claimed(&queue, id, delay, 30_000).await;
-        if checked {
-            assert_eq!(start(&queue, s, &[(id, token)]).await, vec![1]);
-        }
-        let found = queue.reschedule(id, Duration::from_secs(600), None).await;
-        let rescheduled = if due {
-            Rescheduled::Started
-        } else {
-            Rescheduled::Claimed
-        };
-        assert_eq!(found.unwrap(), rescheduled, "{id}");
-        assert_eq!(start(&queue, s, &[(id, token)]).await, vec![0]);
-        assert!(matches!(
-            queue.status(id).await.unwrap().unwrap().0,
-            JobState::Pending { attempts: 0, .. }
-        ));
-        queue.cancel(id).await.unwrap();
+    let queue = queue(&server, "b").await;
+    // Two jobs of one shard, due now and in 5 s, claimed together (a window of 10 s).
+    let first = "b-0";
+    let s = shard(&queue, first);
+    let second = (1..)
+        .map(|i| format!("b-{i}"))
+        .find(|id| shard(&queue, id) == s)
+        .unwrap();
+    queue.schedule(first, Duration::ZERO, b"x").await.unwrap();
+    queue
+        .schedule(&second, Duration::from_secs(5), b"x")
+        .await
+        .unwrap();
+    let (_, jobs, _) = claim(&queue, s, 10_000, 30_000, 10, 5).await;
+    assert_eq!(jobs.len(), 2);
+    let latest = jobs.iter().map(|job| job.1).max().unwrap();
+    assert!(latest >= jobs[0].1 + 4_000, "{jobs:?}");
+    // Both leases end 30 s after the later due time, the first job's too.
+    for id in [first, second.as_str()] {
+        assert_eq!(
+            lease_until(queue.status(id).await.unwrap().unwrap().0),
+            crate::job::unix_ms(latest + 30_000),
+            "{id}"
+        );
     }
 }
 

@@ -40,7 +40,7 @@ use crate::queue::BATCH;
 use crate::scripts::SCRIPTS;
 use crate::settle::Settle;
 use crate::stats::Counters;
-use crate::worker::Shared;
+use crate::worker::{Shared, ms};
 
 /// How long after a failed start call its jobs are checked again.
 const RETRY: Duration = Duration::from_millis(100);
@@ -116,6 +116,7 @@ async fn call(
     let mut invocation = queue
         .keys(shard)
         .invoke(&SCRIPTS.start, queue.shards(), queue.buckets());
+    invocation.arg(ms(shared.config.lease));
     for claimed in jobs {
         invocation.arg(&claimed.job.id).arg(claimed.token);
     }

@@ -27,7 +27,8 @@
 //! A graceful [`Worker::stop`] stops claiming, takes the unfired jobs out of the timer and
 //! releases them (back to due, their attempt not counted), waits for running handlers and
 //! settles them. A worker that dies instead leaves its leases to expire: another worker's
-//! claim takes them back `lease` after their due time.
+//! claim takes them back `lease` after the latest due time of the batch they were claimed
+//! in, so between `lease` and `lease` + `window` after their own due time.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -136,7 +137,10 @@ impl WorkerBuilder {
         self
     }
 
-    /// How long after its due time a claim stays this worker's (default 30 s). A handler
+    /// How long after its due time a claim stays this worker's (default 30 s). The jobs of
+    /// one claim share one lease, which ends this long after the latest due time among them
+    /// (at most [`window`](Self::window) after a job's own): a job of a worker that died is
+    /// run again between `lease` and `lease + window` after its due time. A handler
     /// still running a third of it later has the lease extended to this long past the
     /// server's clock, every third of it, for up to [`extend_for`](Self::extend_for); a
     /// job whose lease ends (the worker died or stalled) is taken back and run again, and

@@ -18,7 +18,8 @@
 -- attempts, result 2. release: back to due at its own due time, the attempt not counted,
 -- result 1. dead-letter now: to the dead set, result 2.
 -- Bound: O(n log N) for n quadruples (the client sends at most 512 a call); an ack costs one
--- redis call (its payload) plus a few per batch, and no id hashing in Lua.
+-- redis call (its payload) plus a few per batch, and no id hashing in Lua; of its record it
+-- reads the token only (no number made of the due time or the attempt).
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local prefix = ARGV[1]
@@ -35,17 +36,18 @@ for k = 1, #ids do
   local id, token, action = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local rec = recs[k]
   local result = 0
-  if rec and not seen[id] then
-    local held, at, attempt = string.match(rec, '^(%d+):(%-?%d+):(%d+)')
-    if held == token then
-      seen[id] = true
-      settled[#settled + 1] = id
+  if rec and not seen[id] and string.match(rec, '^(%d+):') == token then
+    seen[id] = true
+    settled[#settled + 1] = id
+    if action == 'a' then
+      if has_att then redis.call('HDEL', KEYS[5], id) end
+      redis.call('HDEL', prefix .. ARGV[i + 3], id)
+      result = 1
+    else
+      -- The record's due time (text, as claim.lua wrote it) and attempt.
+      local at, attempt = string.match(rec, '^%d+:(%-?%d+):(%d+)')
       attempt = tonumber(attempt)
-      if action == 'a' then
-        if has_att then redis.call('HDEL', KEYS[5], id) end
-        redis.call('HDEL', prefix .. ARGV[i + 3], id)
-        result = 1
-      elseif action == 'f' or action == 'd' then
+      if action == 'f' or action == 'd' then
         redis.call('HSET', KEYS[5], id, attempt)
         if action == 'd' or attempt >= max_attempts then
           redis.call('ZADD', KEYS[4], now, id)
@@ -60,7 +62,7 @@ for k = 1, #ids do
         else
           redis.call('HSET', KEYS[5], id, attempt - 1)
         end
-        redis.call('ZADD', KEYS[1], tonumber(at), id)
+        redis.call('ZADD', KEYS[1], at, id)
         result = 1
       end
     end
