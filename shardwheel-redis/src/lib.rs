@@ -47,34 +47,16 @@
 //! `cargo bench -p shardwheel-redis --bench durable` runs the project's durable reference
 //! workloads (D1: 1,000,000 jobs due 1-60 s after their scheduling, from 4 producers, run by
 //! 2 workers; D2: 500,000 jobs due in one second; D3: memory per pending job) for this crate
-//! and, in the same run, for the naive poller (ZRANGEBYSCORE and ZREM every 100 ms). On
-//! 2026-11-24 from 02:52 to 02:58 UTC, on the project's 2-core VM shared with other builds
-//! (load average 7.28 at the start, 4.35 at the end), one `redis-server` 7.0.15 on a unix
-//! socket with `appendfsync always`, everything at nice 15:
-//!
-//! ```text
-//! RESULT D3 shardwheel-redis redis_bytes_per_job=112.5
-//! RESULT D3 naive-poller redis_bytes_per_job=109.8
-//! RESULT D1 shardwheel-redis schedule_per_s=59565 deliver_per_s=13215 late_p50_ms=1.06 late_p99_ms=7.20 late_max_ms=79.10 early=0 lost=0 twice=0
-//! RESULT D1 naive-poller schedule_per_s=98026 deliver_per_s=16903 late_p50_ms=5361.66 late_p99_ms=17039.36 late_max_ms=17154.05 early=0 lost=0 twice=374830
-//! RESULT D2 shardwheel-redis burst_all_delivered_s=1.001 deliver_per_s=499907 late_p50_ms=0.53 late_p99_ms=7.42 late_max_ms=10.78 early=0 lost=0 twice=0
-//! RESULT D2 naive-poller burst_all_delivered_s=32.771 deliver_per_s=17744 late_p50_ms=16244.74 late_p99_ms=31506.43 late_max_ms=31784.96 early=0 lost=0 twice=81000
-//! ```
-//!
-//! - D1's `deliver_per_s` is the rate at which its jobs come due (1,000,000 spread over a
-//!   minute: about 17,000 a second at most, for any queue that never runs a job early), not
-//!   a capacity; D2 shows the capacity: 500,000 due in one second, all run by its end.
-//! - Scheduling is bound by the server's one thread: while D1 scheduled, `redis-server`
-//!   used 11.4 CPU seconds for its 1,000,000 jobs (claims and acks of the jobs coming due
-//!   meanwhile included) and the bench's process 3.3, so a whole core for Redis would allow
-//!   about 90,000 a second; with the machine shared, 59,565 here (53,000-73,000 in other
-//!   full runs that evening, up to 117,000 in runs of a third of D1 at load 3). Scheduling
-//!   alone (D3) costs 6.35 µs of server CPU per job, the naive pipelined ZADD 4.64 µs: the
-//!   payload's HSETNX on top of the due entry; about a quarter of it is the sorted set's
-//!   insertion.
-//! - A claim costs the server about 5.5 µs of CPU per job it takes (batches of 1,000) and
-//!   7 µs per call that finds nothing.
-//! - The naive poller's two pollers race (ZRANGEBYSCORE then ZREM) and run many jobs twice.
+//! and, in the same run, for a naive poller (ZRANGEBYSCORE then ZREM every 100 ms) and a
+//! script poller (the same in one Lua script), each against a fresh `redis-server` with
+//! `appendfsync always`. The last recorded run's lines are in
+//! `shardwheel-redis/benches/results/durable.txt`, and its tables, with what they show and
+//! what they do not, in the durable section of the repository's `benches/README.md`. In
+//! short: nothing early, lost or run twice; D2's 500,000 jobs all run within about three
+//! seconds of their due second, where the pollers take 27 and 53 s; every job's start is
+//! checked on the server at its due time (so cancel and reschedule reach it to the last
+//! moment), which puts the server's response time under busy scheduling (tens of
+//! milliseconds at p99) into the lateness tail.
 //!
 //! # Implementation
 //!
