@@ -80,6 +80,15 @@ impl Wakeup {
         let _ = self.reaper.set(thread::current());
     }
 
+    /// The deadline a producer last woke the reaper for, or pushed work due before the
+    /// reaper's own for (see `asked`; `u64::MAX`: none), until the reaper's next pass
+    /// (`awake`): the reaper, just awake, tells from it whether it was woken early for a
+    /// timer still far off (see `shard::lead`).
+    pub(crate) fn woken_for(&self) -> u64 {
+        // Relaxed: a hint; an ask landing between this and `awake` is one missed.
+        self.asked.load(Ordering::Relaxed)
+    }
+
     /// The reaper starts a pass: producers need not wake it.
     pub(crate) fn awake(&self) {
         // Relaxed: being awake is only ever a reason *not* to unpark; a producer that still

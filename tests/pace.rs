@@ -1,7 +1,8 @@
 //! Keeping a reaper in pace under load: a producer yields to a reaper that is awake and
 //! behind by a backlog, or that waits for the core the producer runs on, and counts it
 //! (`Counts::yielded`), and a reaper never yields to itself; a reaper whose deadlines come
-//! in a dense stream wakes once a nap rather than for each.
+//! in a dense stream wakes once a nap rather than for each, and one woken early for a
+//! timer due far ahead is not woken again for each like it.
 
 use shardwheel::Timer;
 use std::sync::mpsc;
@@ -117,4 +118,27 @@ fn a_dense_stream_of_deadlines_fires_in_naps_not_a_wake_up_each() {
         passes < 500,
         "{passes} passes for 40 ms of timers due 20 us apart"
     );
+}
+
+#[test]
+fn timers_due_far_ahead_and_cancelled_soon_wake_the_reaper_once_not_one_each() {
+    const TIMERS: u32 = 15;
+    let timer = Timer::builder().shards(1).build().unwrap();
+    // Idle, the reaper plans to sleep a second.
+    std::thread::sleep(Duration::from_millis(20));
+    let passes = timer.counts().passes;
+    // Request timeouts of 400 ms, each cancelled soon (the request answered in time),
+    // one every 20 ms. The first, due before the reaper's plan, wakes it; without a cap
+    // on its sleeps the reaper, once it has tidied the cancel away, would plan its second
+    // again, and each next timeout would wake it again.
+    for _ in 0..TIMERS {
+        let handle = timer.schedule(Duration::from_millis(400), || {}).unwrap();
+        assert!(timer.cancel(handle));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // One wake-up for the first, and its cancel; then sleeps of 200 ms at most, for
+    // which the others are staged and cancelled without a word to the reaper.
+    let passes = timer.counts().passes - passes;
+    assert!(passes <= 10, "{passes} passes for {TIMERS} timers");
+    assert_eq!(timer.shutdown().len(), 0);
 }

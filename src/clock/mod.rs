@@ -24,8 +24,13 @@ mod tsc;
 
 /// A duration in nanoseconds, saturating at `u64::MAX` (584 years).
 #[inline]
-pub(crate) fn nanos(duration: Duration) -> u64 {
-    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
+pub(crate) const fn nanos(duration: Duration) -> u64 {
+    let nanos = duration.as_nanos();
+    if nanos > u64::MAX as u128 {
+        u64::MAX
+    } else {
+        nanos as u64
+    }
 }
 
 /// `now + delay`; past what an `Instant` can hold (centuries away), 30 years after `now`,

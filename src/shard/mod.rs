@@ -28,6 +28,7 @@
 mod changes;
 mod early;
 mod filing;
+mod lead;
 mod nap;
 mod pace;
 mod reaper;

@@ -6,6 +6,7 @@
 //! both), and the loop parks until the next deadline.
 
 use super::early::EarlyWake;
+use super::lead::Lead;
 use super::nap::Naps;
 use super::{BATCH, IDLE_HORIZON, PREFETCH_AHEAD, SHRINK_INTERVAL, Shard, TIDY_INTERVAL};
 use crate::clock::{self, Clock};
@@ -42,6 +43,7 @@ impl<T> Shard<T> {
         *self.wheel() = Some(Due::new());
         let mut early = EarlyWake::new(self.wake_early);
         let mut naps = Naps::default();
+        let mut lead = Lead::default();
         loop {
             // Its own wheel, held until it parks: a sibling may rescue it only meanwhile.
             let mut held = self.wheel();
@@ -51,6 +53,8 @@ impl<T> Shard<T> {
             // no data; `may_sleep` orders the last look.
             let stopping = self.stopping.load(Ordering::Relaxed);
             let now = clock.now();
+            // Read before the pass forgets it (`Wakeup::awake`).
+            lead.woke(self.wakeup.woken_for(), clock.elapsed());
             // While cancels keep coming, the reaper wakes every `TIDY_INTERVAL` to free
             // them in batches, and cancellers leave it be; once a pass finds none, it
             // sleeps until its next deadline, and the next cancel wakes it.
@@ -89,14 +93,15 @@ impl<T> Shard<T> {
                 continue;
             }
             // The reaper wakes for its next work, and at the latest after a while (the
-            // tidy interval, or `IDLE_HORIZON`): it plans that, so producers need not wake
-            // it for timers due later (they would, for each first timer of an idle one).
+            // tidy interval, or `IDLE_HORIZON`, or less where producers woke it early for
+            // timers still far off: `lead`): it plans that, so producers need not wake it
+            // for timers due later (they would, for each first timer of an idle one).
             let interval = match (tidying, due.shrinking) {
                 (false, _) => IDLE_HORIZON,
                 (true, false) => TIDY_INTERVAL,
                 (true, true) => SHRINK_INTERVAL,
             };
-            let horizon = elapsed.saturating_add(clock::nanos(interval));
+            let horizon = lead.limit(elapsed.saturating_add(clock::nanos(interval)), elapsed);
             let work = nap.or(wake_at).map_or(horizon, |at| at.min(horizon));
             self.wakeup.plan_work(work);
             // It may wake sooner to watch its siblings (`rescue`): no deadline to be early
@@ -111,6 +116,7 @@ impl<T> Shard<T> {
                 // usual lateness, and spin the rest (above); a sleep until the horizon
                 // or a nap's end has nothing to be early for.
                 let asked_at = clock.elapsed();
+                lead.parks(plan);
                 if wake_at == Some(plan) {
                     let target = early.target(plan.saturating_sub(self.spin_nanos), asked_at);
                     sync::park_timeout(Duration::from_nanos(target.saturating_sub(asked_at)));
