@@ -73,7 +73,10 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// Each thread schedules on one shard, and its new timers wait in a batch of its own (up
 /// to 4,096) until the batch is full or the reaper needs them: a timer due before the
 /// reaper's planned wake-up goes to it at once, and the reaper wakes for the earliest
-/// timer waiting in any batch, so no timer fires late for waiting there. Most timers are
+/// timer waiting in any batch, so no timer fires late for waiting there. A reaper woken
+/// so for a timer still far off (more than 10 ms) sleeps at most half that lead for the
+/// next second, so that timers like it wait in their batch rather than wake it one by
+/// one. Most timers are
 /// cancelled soon after they are made; cancelled by their own thread while they wait,
 /// they cost no work on the reaper and no cache line shared with it. A thread's cancels
 /// of timers already handed over, on a shard it schedules on, wait in its batch too, for
