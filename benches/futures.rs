@@ -319,7 +319,8 @@ impl<O> Measured<O> {
     /// its timer's own work. Then, if both ran, `RESULT <label> waker-and-clock
     /// over_floor_ns=..`: what a timeout costs with no timer at all.
     fn print_ratios(&self, label: &str) {
-        let Some((_, ours)) = self.each().find(|(i, _)| *i == Impl::Shardwheel) else {
+        let find = |wanted: Impl| self.each().find(|(i, _)| *i == wanted).map(|(_, r)| r);
+        let Some(ours) = find(Impl::Shardwheel) else {
             return;
         };
         let mut unpaired = 0;
@@ -349,7 +350,6 @@ impl<O> Measured<O> {
                 ratios.join(" ")
             );
         }
-        let find = |wanted: Impl| self.each().find(|(i, _)| *i == wanted).map(|(_, r)| r);
         if let (Some(parts), Some(floor)) = (find(Impl::WakerAndClock), find(Impl::None)) {
             let pairs = same_load_pairs(parts, floor);
             if !pairs.is_empty() {
