@@ -1,7 +1,9 @@
 //! shardwheel-redis: durable delayed jobs on Redis and Redis Cluster.
 //!
 //! The store holds the far future; each worker claims only the next few seconds into a local
-//! shardwheel [`Timer`](shardwheel::Timer), which starts every job at its exact due time.
+//! shardwheel [`Timer`](shardwheel::Timer), which starts every job at its exact due time: a
+//! job about [`WorkerBuilder::lead`] before its time, earlier (up to
+//! [`WorkerBuilder::window`]) when its shard holds a backlog the claims need longer for.
 //!
 //! **Guarantee** (at-least-once): once [`Queue::schedule`] returns `Ok`, the job runs at or
 //! after its due time by the Redis server's clock, under one live lease at a time, until one
