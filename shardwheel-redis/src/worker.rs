@@ -331,6 +331,7 @@ impl WorkerBuilder {
             stop: Notify::new(),
             wake: Notify::new(),
             stopping: std::sync::atomic::AtomicBool::new(false),
+            checks_full: std::sync::atomic::AtomicBool::new(false),
         });
         let timer = Arc::new(timer);
         let (settle_tx, settle_rx) = mpsc::unbounded_channel::<Settle>();
@@ -375,6 +376,9 @@ pub(crate) struct Shared {
     /// A wake-up hint was heard: the claimer starts a round now.
     pub(crate) wake: Notify,
     pub(crate) stopping: std::sync::atomic::AtomicBool,
+    /// The dispatcher has all the start checks it may have in flight out: jobs fire faster
+    /// than their checks come back (a burst), and the settler holds its acks back a while.
+    pub(crate) checks_full: std::sync::atomic::AtomicBool,
 }
 
 impl Shared {
