@@ -127,6 +127,8 @@ pub(crate) async fn dispatch_loop<F, Fut, E>(
             Next::Checked(None) => break,
         }
     }
+    // No more checks: the settler holds nothing back for them.
+    shared.checks_full.store(false, Ordering::Relaxed);
     // Every handler holds a permit until it has sent its outcome.
     let _ = dispatch.permits.acquire_many(concurrency).await;
 }
