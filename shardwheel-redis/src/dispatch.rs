@@ -14,6 +14,7 @@
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use futures_util::stream::FuturesUnordered;
@@ -74,6 +75,8 @@ pub(crate) async fn dispatch_loop<F, Fut, E>(
     let mut done = false;
     'instants: loop {
         let room = checks.len() < CHECKS_IN_FLIGHT;
+        // Relaxed: a hint to the settler, which only waits a little longer or less on it.
+        shared.checks_full.store(!room, Ordering::Relaxed);
         let next = if !room {
             Next::Checked(checks.next().await)
         } else if done {
@@ -124,6 +127,8 @@ pub(crate) async fn dispatch_loop<F, Fut, E>(
             Next::Checked(None) => break,
         }
     }
+    // No more checks: the settler holds nothing back for them.
+    shared.checks_full.store(false, Ordering::Relaxed);
     // Every handler holds a permit until it has sent its outcome.
     let _ = dispatch.permits.acquire_many(concurrency).await;
 }

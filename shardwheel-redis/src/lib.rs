@@ -1,7 +1,9 @@
 //! shardwheel-redis: durable delayed jobs on Redis and Redis Cluster.
 //!
 //! The store holds the far future; each worker claims only the next few seconds into a local
-//! shardwheel [`Timer`](shardwheel::Timer), which starts every job at its exact due time.
+//! shardwheel [`Timer`](shardwheel::Timer), which starts every job at its exact due time: a
+//! job about [`WorkerBuilder::lead`] before its time, earlier (up to
+//! [`WorkerBuilder::window`]) when its shard holds a backlog the claims need longer for.
 //!
 //! **Guarantee** (at-least-once): once [`Queue::schedule`] returns `Ok`, the job runs at or
 //! after its due time by the Redis server's clock, under one live lease at a time, until one
@@ -52,8 +54,8 @@
 //! `appendfsync always`. The last recorded run's lines are in
 //! `shardwheel-redis/benches/results/durable.txt`, and its tables, with what they show and
 //! what they do not, in the durable section of the repository's `benches/README.md`. In
-//! short: nothing early, lost or run twice; D2's 500,000 jobs all run within about three
-//! seconds of their due second, where the pollers take 27 and 53 s; every job's start is
+//! short: nothing early, lost or run twice; D2's 500,000 jobs all run within about two
+//! seconds of their due second, where the pollers take 27 and 55 s; every job's start is
 //! checked on the server at its due time (so cancel and reschedule reach it to the last
 //! moment), which puts the server's response time under busy scheduling (tens of
 //! milliseconds at p99) into the lateness tail.

@@ -24,8 +24,9 @@ async fn queue(server: &support::Server, name: &str) -> Queue {
         .unwrap()
 }
 
-/// Runs claim.lua on the shard of `id`: (server now, [(id, due, token, attempt, payload)],
-/// reaped).
+/// Runs claim.lua on `shard` with a lead as long as its window (whatever the backlog, the
+/// jobs due within `window_ms` are claimed): (server now, [(id, due, token, attempt,
+/// payload)], reaped).
 async fn claim(
     queue: &Queue,
     shard: u32,
@@ -36,12 +37,23 @@ async fn claim(
 ) -> (i64, Vec<crate::claim::ClaimedRow>, u64) {
     let limits = crate::claim::ClaimLimits {
         window_ms,
+        lead_ms: window_ms,
+        lead_per_job_us: 0,
         lease_ms,
         room: max,
         batch: 1000,
         max_attempts,
     };
-    let reply: Value = crate::claim::claim_invocation(queue, shard, &limits)
+    claim_with(queue, shard, &limits).await
+}
+
+/// Runs claim.lua on `shard` with `limits`: as [`claim`].
+async fn claim_with(
+    queue: &Queue,
+    shard: u32,
+    limits: &crate::claim::ClaimLimits,
+) -> (i64, Vec<crate::claim::ClaimedRow>, u64) {
+    let reply: Value = crate::claim::claim_invocation(queue, shard, limits)
         .invoke_async(&mut queue.conn())
         .await
         .unwrap();
@@ -218,6 +230,49 @@ async fn claim_takes_a_bounded_batch_within_the_window_with_fresh_tokens() {
         queue.status("0").await.unwrap().unwrap().0,
         JobState::Claimed { attempt: 1, .. }
     ));
+}
+
+#[tokio::test]
+async fn a_claim_reaches_past_its_lead_only_for_a_backlog_within_the_window() {
+    let server = support::Server::start();
+    let queue = queue(&server, "l").await;
+    // Ten jobs of one shard due in 3 s, and one in 20 s (beyond the window).
+    let ids: Vec<String> = (0..)
+        .map(|i| format!("l-{i}"))
+        .filter(|id| shard(&queue, id) == 0)
+        .take(11)
+        .collect();
+    let jobs = ids.iter().enumerate().map(|(i, id)| {
+        let delay = if i == 10 { 20_000 } else { 3_000 };
+        (
+            id.as_str(),
+            When::After(Duration::from_millis(delay)),
+            &b"p"[..],
+        )
+    });
+    queue.schedule_many(jobs).await.unwrap();
+    let mut limits = crate::claim::ClaimLimits {
+        window_ms: 10_000,
+        lead_ms: 1_000,
+        lead_per_job_us: 100_000,
+        lease_ms: 30_000,
+        room: 100,
+        batch: 1000,
+        max_attempts: 5,
+    };
+    // A lead of 1 s plus 100 ms a job: the backlog of 10 within the window adds 1 s, short
+    // of the 3 s to their due time, so none is claimed yet.
+    let (_, claimed, _) = claim_with(&queue, 0, &limits).await;
+    assert!(claimed.is_empty(), "claimed ahead of the lead: {claimed:?}");
+    // At 250 ms a job, the backlog brings them within reach: all ten, not the one beyond
+    // the window.
+    limits.lead_per_job_us = 250_000;
+    let (_, claimed, _) = claim_with(&queue, 0, &limits).await;
+    let mut got: Vec<&str> = claimed.iter().map(|job| job.0.as_str()).collect();
+    got.sort_unstable();
+    let mut want: Vec<&str> = ids[..10].iter().map(String::as_str).collect();
+    want.sort_unstable();
+    assert_eq!(got, want);
 }
 
 #[tokio::test]

@@ -3,7 +3,8 @@
 //!
 //! Four tasks and the timer's reaper thread:
 //! - the **claimer** runs `claim.lua` on every shard at once: it takes back expired leases,
-//!   then leases up to `batch` jobs due within `window` to this worker. Each reply carries
+//!   then leases up to `batch` jobs due within `lead` (more ahead, up to `window`, for a
+//!   shard with a backlog) to this worker. Each reply carries
 //!   the server's `TIME`, which tightens the worker's bounds on the server's clock (`clock`:
 //!   the fastest round trip seen wins); each job's due time becomes the first local
 //!   `Instant` at which the server's clock has certainly reached it, and goes into the
@@ -89,6 +90,7 @@ pub struct Job {
 #[derive(Clone, Debug)]
 pub struct WorkerBuilder {
     pub(crate) window: Duration,
+    pub(crate) lead: Duration,
     pub(crate) lease: Duration,
     pub(crate) poll: Duration,
     pub(crate) batch: usize,
@@ -104,6 +106,7 @@ impl Default for WorkerBuilder {
     fn default() -> Self {
         WorkerBuilder {
             window: Duration::from_secs(10),
+            lead: Duration::from_secs(2),
             lease: Duration::from_secs(30),
             poll: Duration::from_millis(100),
             batch: 1000,
@@ -122,7 +125,8 @@ pub(crate) fn ms(duration: Duration) -> u64 {
 }
 
 impl WorkerBuilder {
-    /// How far ahead of their due time jobs are claimed (default 10 s). Longer absorbs
+    /// How far ahead of their due time jobs may be claimed at most (default 10 s): the
+    /// claims reach this far only for a backlog (see [`lead`](Self::lead)). Longer absorbs
     /// bigger bursts and Redis hiccups; shorter leaves jobs to other workers longer. On the
     /// 2-core machine of benches/README.md's figures, claiming 500,000 jobs due in one
     /// second took about 7 s (with 5 s, 350,000 were claimed when the second began and the
@@ -134,6 +138,24 @@ impl WorkerBuilder {
     /// ```
     pub fn window(mut self, window: Duration) -> Self {
         self.window = window;
+        self
+    }
+
+    /// How far ahead of its due time a job is claimed when its shard has no backlog
+    /// (default 2 s; never more than [`window`](Self::window)). A shard holding many jobs
+    /// due within the window has them claimed earlier, by 20 us of server time per job
+    /// and shard, so that a burst is claimed before it comes due; otherwise a job stays in
+    /// the due set until about `lead` before its time, and the claims' server work comes
+    /// near the jobs' due times rather than with their scheduling (on a server busy with
+    /// schedules, that is Redis's thread left to them). It must cover a claim round trip
+    /// and the poll period on a busy server: shorter ones risk late jobs.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let builder = shardwheel_redis::Worker::builder().lead(Duration::from_secs(5));
+    /// ```
+    pub fn lead(mut self, lead: Duration) -> Self {
+        self.lead = lead;
         self
     }
 
@@ -259,7 +281,7 @@ impl WorkerBuilder {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidConfig`] for a zero window, lease, poll, batch, attempt count, hold
+    /// [`Error::InvalidConfig`] for a zero window, lead, lease, poll, batch, attempt count, hold
     /// limit or concurrency, a batch above 10,000, or when called outside a tokio runtime.
     pub fn start<F, Fut, E>(self, queue: Queue, handler: F) -> Result<Worker, Error>
     where
@@ -267,9 +289,13 @@ impl WorkerBuilder {
         Fut: Future<Output = Result<(), E>> + Send + 'static,
         E: Send + 'static,
     {
-        if self.window.is_zero() || self.lease.is_zero() || self.poll.is_zero() {
+        if self.window.is_zero()
+            || self.lead.is_zero()
+            || self.lease.is_zero()
+            || self.poll.is_zero()
+        {
             return Err(Error::InvalidConfig(
-                "window, lease and poll must not be zero",
+                "window, lead, lease and poll must not be zero",
             ));
         }
         if self.batch == 0 || self.batch > 3_000 {
@@ -305,6 +331,7 @@ impl WorkerBuilder {
             stop: Notify::new(),
             wake: Notify::new(),
             stopping: std::sync::atomic::AtomicBool::new(false),
+            checks_full: std::sync::atomic::AtomicBool::new(false),
         });
         let timer = Arc::new(timer);
         let (settle_tx, settle_rx) = mpsc::unbounded_channel::<Settle>();
@@ -349,6 +376,9 @@ pub(crate) struct Shared {
     /// A wake-up hint was heard: the claimer starts a round now.
     pub(crate) wake: Notify,
     pub(crate) stopping: std::sync::atomic::AtomicBool,
+    /// The dispatcher has all the start checks it may have in flight out: jobs fire faster
+    /// than their checks come back (a burst), and the settler holds its acks back a while.
+    pub(crate) checks_full: std::sync::atomic::AtomicBool,
 }
 
 impl Shared {

@@ -46,8 +46,10 @@ async fn cancel_and_reschedule_reach_claimed_jobs_until_their_due_time() {
     let queue = Queue::connect(&server.url(), "claimed").await.unwrap();
     let runs: Runs = Arc::default();
     let record = Arc::clone(&runs);
+    // A lead as long as the window: every job is claimed at once, seconds ahead.
     let worker = Worker::builder()
         .poll(Duration::from_millis(20))
+        .lead(Duration::from_secs(10))
         .start(queue.clone(), move |job| {
             let started = SystemTime::now();
             let mut runs = record.lock().unwrap();

@@ -6,11 +6,18 @@
 -- ARGV[1] payload hash prefix   ARGV[2] shards   ARGV[3] buckets   ARGV[4] window ms
 -- ARGV[5] lease ms (after the due time)   ARGV[6] most jobs to claim
 -- ARGV[7] most expired leases to reap     ARGV[8] attempts before the dead-letter set
+-- ARGV[9] lead ms   ARGV[10] lead µs per job of the shard's backlog (see (2) below)
 --
 -- Contract: with now = the server's TIME, (1) up to ARGV[7] leases expired at now are
 -- taken back: the job returns to due at now, or goes to the dead set if it has used its
--- ARGV[8] attempts; (2) up to ARGV[6] jobs due at or before now + window, earliest first,
--- leave the due set for the lease set as one batch: one fresh token for the batch (a
+-- ARGV[8] attempts; (2) up to ARGV[6] jobs due at or before now + ahead, earliest first,
+-- leave the due set for the lease set as one batch, where ahead = min(window, lead +
+-- backlog * ARGV[10] / 1000) and backlog = the jobs due at or before now + window still in
+-- the due set: a job is claimed about `lead` before its due time, earlier only when the
+-- shard holds more jobs due within the window than the claims could take in `lead` (a burst
+-- due in one second is claimed ahead, spread over the time its claims need). Claiming no
+-- earlier than that keeps the claims' server work near the jobs' due times rather than
+-- bunched with their scheduling: one fresh token for the batch (a
 -- per-shard counter, so a token is never reused by another claim), one lease expiry for
 -- the batch = max(latest due in it, now) + lease ms, attempt count + 1 per job. A job is
 -- in exactly one of due, lease, dead at any time, and only the holder of its current token
@@ -32,6 +39,7 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local prefix, shards, buckets = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local window, lease = tonumber(ARGV[4]), tonumber(ARGV[5])
 local max_claim, max_reap, max_attempts = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
+local lead, lead_per_job = tonumber(ARGV[9]), tonumber(ARGV[10])
 
 local expired = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, max_reap)
 for _, id in ipairs(expired) do
@@ -50,7 +58,10 @@ end
 
 -- The attempts hash exists only while some job of the shard has failed or expired.
 local has_att = redis.call('EXISTS', KEYS[6]) == 1
-local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now + window, 'WITHSCORES', 'LIMIT', 0, max_claim)
+-- ZCOUNT is O(log N): the skiplist's ranks.
+local backlog = redis.call('ZCOUNT', KEYS[1], '-inf', now + window)
+local ahead = math.min(window, lead + math.floor(backlog * lead_per_job / 1000))
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now + ahead, 'WITHSCORES', 'LIMIT', 0, max_claim)
 local out = {}
 local token = 0
 if #due > 0 then
