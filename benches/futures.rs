@@ -311,7 +311,8 @@ impl<O> Measured<O> {
 
     /// Prints `RESULT <label> shardwheel vs_<peer>=..` for each peer measured beside it:
     /// the median of the per-round ratios, over the rounds whose two turns ran under the
-    /// same load (`same_load`); `unpaired=` counts the pairs left out, and a peer with no
+    /// same load (`same_load`), each of which a comment before it lists (a claim about
+    /// every round reads them there); `unpaired=` counts the pairs left out, and a peer with no
     /// pair left has no ratio (`vs_<peer>=none`). Beside the floor's ratio,
     /// `over_floor_ns=`: the median over the same rounds of the time per operation a
     /// timeout adds to the floor's (of the rate, so over both workers: 1e9 / ops_per_s);
@@ -333,8 +334,14 @@ impl<O> Measured<O> {
                 if pairs.is_empty() {
                     return format!("vs_{}=none", peer.name());
                 }
-                let ratio = median(pairs.iter().map(|(a, b)| a / b).collect());
-                let ratio = format!("vs_{}={ratio:.2}", peer.name());
+                let by_round: Vec<f64> = pairs.iter().map(|(a, b)| a / b).collect();
+                let each: Vec<String> = by_round.iter().map(|r| format!("{r:.2}")).collect();
+                println!(
+                    "# {label} shardwheel vs_{} by round: {}",
+                    peer.name(),
+                    each.join(" ")
+                );
+                let ratio = format!("vs_{}={:.2}", peer.name(), median(by_round));
                 match peer {
                     Impl::None => format!("{ratio} over_floor_ns={:.1}", time_over(&pairs)),
                     Impl::WakerAndClock => {
