@@ -15,18 +15,19 @@ use crate::keys::ShardKeys;
 use crate::queue::{Inner, Queue};
 
 /// Payload hashes per shard of a new queue whose builder does not set
-/// [`buckets`](QueueBuilder::buckets): with the default 16 shards, 131,072 hashes, about 8
-/// jobs a hash at a million pending jobs. A hash that small is searched in a few entries
-/// when a job is scheduled (`HSETNX` searches it twice), claimed and acknowledged, where
-/// 1,024 a shard would hold about 60: under callgrind on redis-server 7.0.15, with one
-/// shard's share of a million jobs, 16 % fewer server instructions per scheduled job
-/// (29.5k against 35.0k), 7 % per claimed job, 4 % per acknowledged one. The hashes' own
-/// overhead costs server memory: 121 bytes per pending job at a million (D3) against 112.
+/// [`buckets`](QueueBuilder::buckets): with the default 16 shards, 16,384 hashes, about 60
+/// jobs a hash at a million pending jobs. Eight times as many (8,192 a shard, about 8 jobs
+/// a hash) cut the server's instructions under callgrind on redis-server 7.0.15 (per
+/// scheduled job 35.0k -> 29.5k, per claimed job 41.2k -> 38.2k, per acknowledged job
+/// 29.4k -> 28.2k) but not its time: in the durable bench's D1 they scheduled 48.7k-52.5k
+/// jobs a second against 46.2k-67.3k, in the same windows, and the floor script slowed
+/// (81-101k against 86-115k), while the server memory per pending job grew from 112 to 121
+/// bytes (D3). Likely cause, not measured: more keys and hashes, more cache misses.
 ///
 /// ```
-/// assert_eq!(shardwheel_redis::DEFAULT_BUCKETS, 8192);
+/// assert_eq!(shardwheel_redis::DEFAULT_BUCKETS, 1024);
 /// ```
-pub const DEFAULT_BUCKETS: u32 = 8192;
+pub const DEFAULT_BUCKETS: u32 = 1024;
 
 /// Options of a queue handle; [`Queue::builder`] starts one.
 ///

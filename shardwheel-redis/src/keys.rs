@@ -7,9 +7,8 @@
 //! `h mod S` picks the shard, `(h / S) mod B` one of the shard's `B` payload hashes. Spreading
 //! the payloads over many small hashes keeps each one in Redis's compact listpack encoding
 //! (up to `hash-max-listpack-entries` fields, 512 by default, and values of up to
-//! `hash-max-listpack-value` bytes, 64), which is what holds a pending job near 120 bytes of
-//! server memory (D3, with the default bucket count) rather than 180 for one big hash per
-//! shard.
+//! `hash-max-listpack-value` bytes, 64), which is what holds a pending job near 110 bytes of
+//! server memory rather than 180 for one big hash per shard.
 
 /// The id hash shared with the Lua scripts: `h * 31 + byte` modulo 2^32 over the id's
 /// bytes, then `h ^ (h >> 15)` so that the low bits (the shard) depend on every byte.
