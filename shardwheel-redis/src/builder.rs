@@ -19,7 +19,7 @@ use crate::queue::{Inner, Queue};
 /// jobs a hash at a million pending jobs. Eight times as many (8,192 a shard, about 8 jobs
 /// a hash) cut the server's instructions under callgrind on redis-server 7.0.15 (per
 /// scheduled job 35.0k -> 29.5k, per claimed job 41.2k -> 38.2k, per acknowledged job
-/// 29.4k -> 28.2k) but not its time: in the durable bench's D1 they scheduled 48.7k-52.5k
+/// 29.4k -> 28.2k) but not its time: in the durable bench's D1 they scheduled 47.6k-52.5k
 /// jobs a second against 46.2k-67.3k, in the same windows, and the floor script slowed
 /// (81-101k against 86-115k), while the server memory per pending job grew from 112 to 121
 /// bytes (D3). Likely cause, not measured: more keys and hashes, more cache misses.
