@@ -1,6 +1,7 @@
 //! The options of a queue handle and its connection: to one server or a cluster, waiting up
 //! to a connect timeout for a server that is starting (see `conn::until_up`), then checking
-//! (or recording) the queue's layout.
+//! (or recording) the queue's layout: its shard and bucket counts, the bucket count taken
+//! from the queue when the builder sets none.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,6 +13,21 @@ use crate::conn::{Conn, until_up};
 use crate::error::Error;
 use crate::keys::ShardKeys;
 use crate::queue::{Inner, Queue};
+
+/// Payload hashes per shard of a new queue whose builder does not set
+/// [`buckets`](QueueBuilder::buckets): with the default 16 shards, 16,384 hashes, about 60
+/// jobs a hash at a million pending jobs. Eight times as many (8,192 a shard, about 8 jobs
+/// a hash) cut the server's instructions under callgrind on redis-server 7.0.15 (per
+/// scheduled job 35.0k -> 29.5k, per claimed job 41.2k -> 38.2k, per acknowledged job
+/// 29.4k -> 28.2k) but not its time: in the durable bench's D1 they scheduled 47.6k-52.5k
+/// jobs a second against 46.2k-67.3k, in the same windows, and the floor script slowed
+/// (81-101k against 86-115k), while the server memory per pending job grew from 112 to 121
+/// bytes (D3). Likely cause, not measured: more keys and hashes, more cache misses.
+///
+/// ```
+/// assert_eq!(shardwheel_redis::DEFAULT_BUCKETS, 1024);
+/// ```
+pub const DEFAULT_BUCKETS: u32 = 1024;
 
 /// Options of a queue handle; [`Queue::builder`] starts one.
 ///
@@ -27,7 +43,8 @@ use crate::queue::{Inner, Queue};
 pub struct QueueBuilder {
     name: String,
     shards: u32,
-    buckets: u32,
+    /// `None`: the stored count of an existing queue, [`DEFAULT_BUCKETS`] for a new one.
+    buckets: Option<u32>,
     response_timeout: Duration,
     connect_timeout: Duration,
 }
@@ -37,7 +54,7 @@ impl QueueBuilder {
         QueueBuilder {
             name: name.to_owned(),
             shards: 16,
-            buckets: 1024,
+            buckets: None,
             response_timeout: Duration::from_secs(10),
             connect_timeout: Duration::from_secs(10),
         }
@@ -54,17 +71,20 @@ impl QueueBuilder {
         self
     }
 
-    /// Payload hashes per shard (default 1024). Each stays compact (Redis's listpack
-    /// encoding) while it holds up to 512 jobs with payloads of up to 64 bytes (Redis's
-    /// defaults, `hash-max-listpack-entries` and `hash-max-listpack-value`), so about
-    /// `shards * buckets * 100` pending jobs, about 100 a hash, stay well within it.
+    /// Payload hashes per shard. Unset, a client takes the count the queue was created with
+    /// (read at connect), and a new queue gets [`DEFAULT_BUCKETS`]; set, it must match the
+    /// queue's ([`Error::LayoutMismatch`] otherwise). Each hash stays compact (Redis's
+    /// listpack encoding) while it holds up to 512 jobs with payloads of up to 64 bytes
+    /// (Redis's defaults, `hash-max-listpack-entries` and `hash-max-listpack-value`); the
+    /// fewer jobs a hash holds, the less the server searches it when a job is scheduled,
+    /// claimed or acknowledged, and the more memory each hash's own overhead adds per job.
     ///
     /// ```
-    /// // About 100 million pending jobs at the compact size.
-    /// let builder = shardwheel_redis::Queue::builder("emails").shards(64).buckets(16_384);
+    /// // About 100 million pending jobs, about 12 a hash.
+    /// let builder = shardwheel_redis::Queue::builder("emails").shards(64).buckets(131_072);
     /// ```
     pub fn buckets(mut self, buckets: u32) -> Self {
-        self.buckets = buckets;
+        self.buckets = Some(buckets);
         self
     }
 
@@ -103,7 +123,7 @@ impl QueueBuilder {
         if self.name.contains(['{', '}']) {
             return Err(Error::InvalidName("a queue name must not contain { or }"));
         }
-        if self.shards == 0 || self.buckets == 0 {
+        if self.shards == 0 || self.buckets == Some(0) {
             return Err(Error::InvalidConfig(
                 "shards and buckets must be at least 1",
             ));
@@ -185,7 +205,8 @@ impl QueueBuilder {
         .await
     }
 
-    /// Records the layout in `{name}:meta` if the queue is new, or checks it; `conns` are
+    /// Records the layout in `{name}:meta` if the queue is new, or checks it (an unset bucket
+    /// count takes the stored one, so a queue keeps the count it was created with); `conns` are
     /// the queue's two connections (see `Queue`), `hints` the server that workers subscribe
     /// to for wake-up hints.
     async fn finish(self, mut conns: Vec<Conn>, hints: redis::Client) -> Result<Queue, Error> {
@@ -196,19 +217,18 @@ impl QueueBuilder {
         let (shards, buckets): (Option<u32>, Option<u32>) = redis::pipe()
             .hset_nx(&meta, "shards", self.shards)
             .ignore()
-            .hset_nx(&meta, "buckets", self.buckets)
+            .hset_nx(&meta, "buckets", self.buckets.unwrap_or(DEFAULT_BUCKETS))
             .ignore()
             .hget(&meta, "shards")
             .hget(&meta, "buckets")
             .query_async(&mut conn)
             .await?;
         let stored = (shards.unwrap_or(0), buckets.unwrap_or(0));
-        if stored != (self.shards, self.buckets) {
-            return Err(Error::LayoutMismatch {
-                stored,
-                configured: (self.shards, self.buckets),
-            });
+        let configured = (self.shards, self.buckets.unwrap_or(stored.1));
+        if stored != configured || stored.1 == 0 {
+            return Err(Error::LayoutMismatch { stored, configured });
         }
+        let buckets = stored.1;
         let keys = (0..self.shards)
             .map(|shard| ShardKeys::new(&self.name, shard))
             .collect();
@@ -219,7 +239,7 @@ impl QueueBuilder {
                 hints,
                 name: self.name,
                 shards: self.shards,
-                buckets: self.buckets,
+                buckets,
                 keys,
             }),
         ))

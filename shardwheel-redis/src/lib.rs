@@ -96,6 +96,7 @@ mod start;
 mod stats;
 mod worker;
 
+pub use builder::DEFAULT_BUCKETS;
 pub use error::Error;
 pub use job::{Cancelled, Counts, JobState, MAX_ID_LEN, Rescheduled, When};
 pub use queue::{Queue, QueueBuilder};

@@ -14,6 +14,7 @@ use crate::scripts::SCRIPTS;
 mod support;
 
 mod fenced_start;
+mod layout;
 
 async fn queue(server: &support::Server, name: &str) -> Queue {
     Queue::builder(name)

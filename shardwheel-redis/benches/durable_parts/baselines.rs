@@ -7,6 +7,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
+use shardwheel_redis::DEFAULT_BUCKETS;
+
 use super::{PAYLOAD, Tally, cpu_seconds, fan_out, now_ms, raw_conn, support, unix_us};
 
 /// The naive producer: ZADD with due = this client's clock + delay, member = id, pipelined.
@@ -101,9 +103,9 @@ pub(super) async fn poller(
 
 /// The least a durable schedule can ask of Redis, for comparison with D1: the same jobs,
 /// clients, batches and arguments (id, delay, payload hash, payload) through a script that
-/// only stores each payload (`HSET` into one of 1,024 small hashes per shard) and inserts
-/// its due time by the server's `TIME` (one variadic `ZADD` per call), with no idempotency
-/// check, no hint and no workers running.
+/// only stores each payload (`HSET` into one of the queue's default count of small hashes
+/// per shard, `DEFAULT_BUCKETS`) and inserts its due time by the server's `TIME` (one
+/// variadic `ZADD` per call), with no idempotency check, no hint and no workers running.
 const FLOOR_SCRIPT: &str = r"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -143,7 +145,7 @@ pub(super) async fn floor(delays: &Arc<Vec<u64>>) -> (f64, f64) {
                     invocation
                         .arg(i)
                         .arg(delays[i])
-                        .arg((i / SHARDS) % 1024)
+                        .arg((i / SHARDS) % DEFAULT_BUCKETS as usize)
                         .arg(&PAYLOAD[..]);
                 }
                 let mut conn = (*conn).clone();
