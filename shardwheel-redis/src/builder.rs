@@ -22,7 +22,7 @@ use crate::queue::{Inner, Queue};
 /// 29.4k -> 28.2k) but not its time: in the durable bench's D1 they scheduled 47.6k-52.5k
 /// jobs a second against 46.2k-67.3k, in the same windows, and the floor script slowed
 /// (81-101k against 86-115k), while the server memory per pending job grew from 112 to 121
-/// bytes (D3). Likely cause, not measured: more keys and hashes, more cache misses.
+/// bytes (D3).
 ///
 /// ```
 /// assert_eq!(shardwheel_redis::DEFAULT_BUCKETS, 1024);
@@ -80,8 +80,8 @@ impl QueueBuilder {
     /// claimed or acknowledged, and the more memory each hash's own overhead adds per job.
     ///
     /// ```
-    /// // About 100 million pending jobs, about 12 a hash.
-    /// let builder = shardwheel_redis::Queue::builder("emails").shards(64).buckets(131_072);
+    /// // About 100 million pending jobs, about 100 a hash.
+    /// let builder = shardwheel_redis::Queue::builder("emails").shards(64).buckets(16_384);
     /// ```
     pub fn buckets(mut self, buckets: u32) -> Self {
         self.buckets = Some(buckets);
