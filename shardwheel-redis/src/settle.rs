@@ -90,7 +90,7 @@ pub(crate) async fn settle_loop(
             tokio::time::sleep(HOLD_STEP).await;
             taken = 0;
         }
-        let mut calls = Vec::new();
+        // The shards' calls one at a time (see the module doc).
         for (shard, settles) in pending.iter_mut().enumerate() {
             if settles.is_empty() {
                 continue;
@@ -98,59 +98,52 @@ pub(crate) async fn settle_loop(
             let batch = std::mem::take(settles);
             let keys = queue.keys(shard as u32);
             let mut conn = queue.conn();
-            calls.push(async move {
-                for chunk in batch.chunks(BATCH) {
-                    let mut invocation =
-                        keys.invoke(&SCRIPTS.settle, queue.shards(), queue.buckets());
+            for chunk in batch.chunks(BATCH) {
+                let mut invocation = keys.invoke(&SCRIPTS.settle, queue.shards(), queue.buckets());
+                invocation
+                    .arg(config.max_attempts)
+                    .arg(ms(config.backoff))
+                    .arg(ms(config.backoff_cap));
+                for settle in chunk {
+                    let action = match settle.action {
+                        Action::Ack => "a",
+                        Action::Fail => "f",
+                        Action::Release => "r",
+                        Action::Bury => "d",
+                    };
+                    let bucket = bucket_of(&settle.id, queue.shards(), queue.buckets());
                     invocation
-                        .arg(config.max_attempts)
-                        .arg(ms(config.backoff))
-                        .arg(ms(config.backoff_cap));
-                    for settle in chunk {
-                        let action = match settle.action {
-                            Action::Ack => "a",
-                            Action::Fail => "f",
-                            Action::Release => "r",
-                            Action::Bury => "d",
-                        };
-                        let bucket = bucket_of(&settle.id, queue.shards(), queue.buckets());
-                        invocation
-                            .arg(&settle.id)
-                            .arg(settle.token)
-                            .arg(action)
-                            .arg(bucket);
-                    }
-                    let mut results: Option<Vec<i64>> = None;
-                    // One retry: a settle is fenced, so repeating it is harmless.
-                    for _ in 0..2 {
-                        match invocation.invoke_async::<Vec<i64>>(&mut conn).await {
-                            Ok(ok) => {
-                                results = Some(ok);
-                                break;
-                            }
-                            Err(error) => {
-                                counters.error("settle", &error);
-                                tokio::time::sleep(Duration::from_millis(100)).await;
-                            }
+                        .arg(&settle.id)
+                        .arg(settle.token)
+                        .arg(action)
+                        .arg(bucket);
+                }
+                let mut results: Option<Vec<i64>> = None;
+                // One retry: a settle is fenced, so repeating it is harmless.
+                for _ in 0..2 {
+                    match invocation.invoke_async::<Vec<i64>>(&mut conn).await {
+                        Ok(ok) => {
+                            results = Some(ok);
+                            break;
+                        }
+                        Err(error) => {
+                            counters.error("settle", &error);
+                            tokio::time::sleep(Duration::from_millis(100)).await;
                         }
                     }
-                    let Some(results) = results else { continue };
-                    for (settle, result) in chunk.iter().zip(results) {
-                        let counter = match (settle.action, result) {
-                            (_, 0) => &counters.refused,
-                            (Action::Ack, _) => &counters.acked,
-                            (Action::Fail | Action::Bury, 2) => &counters.dead_lettered,
-                            (Action::Fail | Action::Bury, _) => &counters.retried,
-                            (Action::Release, _) => &counters.released,
-                        };
-                        Counters::add(counter, 1);
-                    }
                 }
-            });
-        }
-        // One call at a time (see the module doc).
-        for call in calls {
-            call.await;
+                let Some(results) = results else { continue };
+                for (settle, result) in chunk.iter().zip(results) {
+                    let counter = match (settle.action, result) {
+                        (_, 0) => &counters.refused,
+                        (Action::Ack, _) => &counters.acked,
+                        (Action::Fail | Action::Bury, 2) => &counters.dead_lettered,
+                        (Action::Fail | Action::Bury, _) => &counters.retried,
+                        (Action::Release, _) => &counters.released,
+                    };
+                    Counters::add(counter, 1);
+                }
+            }
         }
     }
 }
