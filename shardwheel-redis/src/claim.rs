@@ -60,12 +60,30 @@ fn int(value: &Value) -> Option<i64> {
     }
 }
 
+/// A number the server sent as text, if it is the text the number prints as (no sign,
+/// leading zero, fraction or exponent that printing would drop).
+fn exact<T: std::str::FromStr + ToString>(value: &Value) -> Option<T> {
+    let Value::BulkString(text) = value else {
+        return None;
+    };
+    let number: T = std::str::from_utf8(text).ok()?.parse().ok()?;
+    (number.to_string().as_bytes() == text.as_slice()).then_some(number)
+}
+
 fn bytes(value: Value) -> Option<Vec<u8>> {
     match value {
         Value::BulkString(bytes) => Some(bytes),
         Value::SimpleString(text) => Some(text.into_bytes()),
         _ => None,
     }
+}
+
+/// The record `claim.lua` writes for a claimed job in the shard's tok hash,
+/// "token:due:attempt", which `start.lua` compares whole with this one. The due time and
+/// the attempt are the texts the claim returned, and a row is kept only if its numbers
+/// print back as those texts (`parse_claim`), so the two are the same string.
+pub(crate) fn record(token: u64, due_ms: i64, attempt: u32) -> String {
+    format!("{token}:{due_ms}:{attempt}")
 }
 
 /// One claimed job as the claim script returns it: id, due ms, token, attempt, payload.
@@ -76,15 +94,19 @@ pub(crate) struct ClaimReply {
     /// The server's clock when it ran the claim (Unix ns).
     pub(crate) server_ns: i128,
     pub(crate) jobs: Vec<ClaimedRow>,
-    /// Claimed entries whose id is not UTF-8 (written by another client): id and token.
-    pub(crate) bad: Vec<(Vec<u8>, u64)>,
+    /// Claimed entries no handler can be given (written by another client): id, token and
+    /// why.
+    pub(crate) bad: Vec<(Vec<u8>, u64, &'static str)>,
     /// Expired leases taken back.
     pub(crate) reaped: u64,
 }
 
 /// Parses a claim reply: {now ms, token, {id, due, attempt, payload, ...}, reaped, TIME
 /// seconds, TIME microseconds} (the batch's jobs share its token). An entry whose id is not
-/// UTF-8 is set apart in `bad`, alone: the rest of the batch is parsed as usual.
+/// UTF-8, or whose due time is not a whole number of milliseconds (a score another client
+/// wrote), is set apart in `bad`, alone: the rest of the batch is parsed as usual. A row's
+/// due time and attempt print back as the texts the claim returned, which its record is made
+/// of (`record`).
 pub(crate) fn parse_claim(reply: Value) -> Option<ClaimReply> {
     let Value::Array(mut parts) = reply else {
         return None;
@@ -104,12 +126,19 @@ pub(crate) fn parse_claim(reply: Value) -> Option<ClaimReply> {
     let mut items = flat.into_iter();
     while let Some(id) = items.next() {
         let id = bytes(id)?;
-        let due = int(&items.next()?)?;
-        let attempt = u32::try_from(int(&items.next()?)?).ok()?;
+        let due = exact::<i64>(&items.next()?);
+        let attempt = exact::<u32>(&items.next()?);
         let payload = bytes(items.next()?)?;
-        match String::from_utf8(id) {
-            Ok(id) => jobs.push((id, due, token, attempt, payload)),
-            Err(not_utf8) => bad.push((not_utf8.into_bytes(), token)),
+        match (String::from_utf8(id), due, attempt) {
+            (Ok(id), Some(due), Some(attempt)) => jobs.push((id, due, token, attempt, payload)),
+            (Err(not_utf8), _, _) => {
+                bad.push((not_utf8.into_bytes(), token, "its id is not UTF-8"))
+            }
+            (Ok(id), _, _) => bad.push((
+                id.into_bytes(),
+                token,
+                "its due time is not a whole number of milliseconds",
+            )),
         }
     }
     Some(ClaimReply {
@@ -249,8 +278,8 @@ pub(crate) async fn claim_loop(
                 for row in reply.jobs {
                     hold(&shared, &timer, &settle_tx, shard, base, row);
                 }
-                for (id, token) in reply.bad {
-                    bury(&shared, &settle_tx, shard, id, token);
+                for (id, token, why) in reply.bad {
+                    bury(&shared, &settle_tx, shard, id, token, why);
                 }
             }
         }
@@ -264,7 +293,7 @@ pub(crate) async fn claim_loop(
     }
 }
 
-/// Sends a claimed entry whose id is not UTF-8 (no handler could be given it) to the
+/// Sends a claimed entry no handler can be given (`why`: see `parse_claim`) to the
 /// dead-letter set at once, fenced by its claim's token like any settle, and reports it.
 fn bury(
     shared: &Shared,
@@ -272,12 +301,13 @@ fn bury(
     shard: u32,
     id: Vec<u8>,
     token: u64,
+    why: &'static str,
 ) {
     tracing::error!(
         queue = shared.queue.name(),
         shard,
         id = %String::from_utf8_lossy(&id),
-        "shardwheel-redis worker: a job id is not UTF-8; the job goes to the dead-letter set"
+        "shardwheel-redis worker: a claimed job cannot be run ({why}); it goes to the dead-letter set"
     );
     let _ = settle_tx.send(Settle {
         shard,

@@ -10,10 +10,12 @@
 //! and acknowledgement pipelined before it (a server runs one connection's commands in
 //! order), and in D1 at a fifth of its scale (load 1-1.5) the second connection halved the
 //! lateness (p50 14.2 -> 7.7 ms, p99 939 -> 466 ms). The script compares each job's claim
-//! token with the one the store holds, its lease expiry and its due time with the server's
-//! `TIME`, atomically, and writes nothing: a script that only reads is neither appended to
-//! the AOF (no fsync with `appendfsync always`) nor replicated, so the check adds no write
-//! to the server's scheduling traffic.
+//! record (token, due time, attempt) with the one the store holds, its lease expiry and its
+//! due time with the server's `TIME`, atomically, and writes nothing; when every job of the
+//! call is due and was due less than a lease ago (a worker on time), the record alone
+//! decides, one string comparison a job (`lua/start.lua`). A script that only reads is
+//! neither appended to the AOF (no fsync with `appendfsync always`) nor replicated, so the
+//! check adds no write to the server's scheduling traffic.
 //! A cancel or reschedule is applied wholly before or wholly after a check; it removes the
 //! claim's record, so every later check refuses the job, and it tells whether an earlier
 //! check may have passed from the claim's due time alone, since a check passes only at or
@@ -31,12 +33,12 @@
 
 use std::time::{Duration, Instant};
 
-use redis::Value;
+use redis::{ScriptInvocation, Value};
 use shardwheel::Timer;
 use tokio::sync::mpsc;
 
-use crate::claim::{ClaimBase, Claimed, insert};
-use crate::queue::BATCH;
+use crate::claim::{ClaimBase, Claimed, insert, record};
+use crate::queue::{BATCH, Queue};
 use crate::scripts::SCRIPTS;
 use crate::settle::Settle;
 use crate::stats::Counters;
@@ -106,6 +108,31 @@ pub(crate) async fn check(
     start
 }
 
+/// A claimed job as a start check names it: id, token, due ms, attempt.
+pub(crate) type StartRow<'a> = (&'a str, u64, i64, u32);
+
+/// The `start.lua` call for `jobs` of `shard`, claimed with leases of `lease_ms`: the due
+/// times' bounds, then each job's id and the record its claim wrote (`claim::record`), from
+/// the same due times.
+pub(crate) fn invocation(
+    queue: &Queue,
+    shard: u32,
+    lease_ms: u64,
+    jobs: &[StartRow<'_>],
+) -> ScriptInvocation<'static> {
+    let mut invocation = queue
+        .keys(shard)
+        .invoke(&SCRIPTS.start, queue.shards(), queue.buckets());
+    let dues = jobs.iter().map(|&(_, _, due_ms, _)| due_ms);
+    let earliest = dues.clone().min().unwrap_or(0);
+    let latest = dues.max().unwrap_or(0);
+    invocation.arg(lease_ms).arg(earliest).arg(latest);
+    for &(id, token, due_ms, attempt) in jobs {
+        invocation.arg(id).arg(record(token, due_ms, attempt));
+    }
+    invocation
+}
+
 /// One `start.lua` call for `jobs` of `shard`: the server's clock and one result per job.
 async fn call(
     shared: &Shared,
@@ -113,13 +140,14 @@ async fn call(
     jobs: &[Claimed],
 ) -> Result<(ClaimBase, Vec<i64>), crate::Error> {
     let queue = &shared.queue;
-    let mut invocation = queue
-        .keys(shard)
-        .invoke(&SCRIPTS.start, queue.shards(), queue.buckets());
-    invocation.arg(ms(shared.config.lease));
-    for claimed in jobs {
-        invocation.arg(&claimed.job.id).arg(claimed.token);
-    }
+    let rows: Vec<StartRow> = jobs
+        .iter()
+        .map(|claimed| {
+            let job = &claimed.job;
+            (job.id.as_str(), claimed.token, claimed.due_ms, job.attempt)
+        })
+        .collect();
+    let invocation = invocation(queue, shard, ms(shared.config.lease), &rows);
     let sent = Instant::now();
     let reply: Vec<Value> = invocation.invoke_async(&mut queue.checks_conn()).await?;
     let received = Instant::now();

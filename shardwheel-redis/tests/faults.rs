@@ -1,6 +1,7 @@
-//! Bad data and unready servers, against real servers: an entry the worker cannot parse is
-//! dead-lettered alone (with a `tracing` event) while its batch runs; connecting fails with
-//! a clear error within the connect timeout, or waits for a server still loading its data.
+//! Bad data and unready servers, against real servers: an entry the worker cannot run (an
+//! id that is not UTF-8, a due time that is not whole milliseconds) is dead-lettered alone
+//! (with a `tracing` event) while its batch runs; connecting fails with a clear error
+//! within the connect timeout, or waits for a server still loading its data.
 
 mod support;
 
@@ -39,7 +40,7 @@ impl Write for Sink {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_id_that_is_not_utf8_is_dead_lettered_alone_and_its_batch_runs() {
+async fn entries_no_handler_can_take_are_dead_lettered_alone_and_their_batch_runs() {
     let events = events();
     let server = support::Server::start();
     let mut conn = server.sync_conn();
@@ -51,13 +52,16 @@ async fn an_id_that_is_not_utf8_is_dead_lettered_alone_and_its_batch_runs() {
         .iter()
         .map(|id| (id.as_str(), When::After(Duration::from_secs(1)), &b""[..]));
     support::schedule_new(&queue, jobs).await;
-    // Another client writes an id that is not UTF-8, due with them.
+    // Another client writes an id that is not UTF-8 and one due at a fraction of a
+    // millisecond, due with them.
     let bad: &[u8] = b"bad-\xff\xfe-id";
     let due = support::server_ms(&mut conn) + 1000;
     let _: i64 = redis::cmd("ZADD")
         .arg("{bad:0}:due")
         .arg(due)
         .arg(bad)
+        .arg(format!("{due}.5"))
+        .arg("half-ms")
         .query(&mut conn)
         .unwrap();
     let (seen, handler) = recording();
@@ -65,7 +69,7 @@ async fn an_id_that_is_not_utf8_is_dead_lettered_alone_and_its_batch_runs() {
     let dead = Counts {
         pending: 0,
         claimed: 0,
-        dead: 1,
+        dead: 2,
     };
     support::until("the batch run and the bad entry dead", async || {
         queue.counts().await.unwrap() == dead
@@ -78,20 +82,27 @@ async fn an_id_that_is_not_utf8_is_dead_lettered_alone_and_its_batch_runs() {
         seen.values().all(|attempts| attempts == &[1]),
         "a job of the batch ran late, after its lease: {seen:?}"
     );
-    assert_eq!((stats.dead_lettered, stats.reaped, stats.early), (1, 0, 0));
-    let score: Option<f64> = redis::cmd("ZSCORE")
-        .arg("{bad:0}:dead")
-        .arg(bad)
-        .query(&mut conn)
-        .unwrap();
-    assert!(
-        score.is_some(),
-        "the bad entry is not in the dead-letter set"
-    );
+    assert_eq!((stats.dead_lettered, stats.reaped, stats.early), (2, 0, 0));
+    for entry in [bad, b"half-ms"] {
+        let score: Option<f64> = redis::cmd("ZSCORE")
+            .arg("{bad:0}:dead")
+            .arg(entry)
+            .query(&mut conn)
+            .unwrap();
+        assert!(
+            score.is_some(),
+            "{} is not in the dead-letter set",
+            String::from_utf8_lossy(entry)
+        );
+    }
     let printed = String::from_utf8_lossy(&events.lock().unwrap()).into_owned();
     assert!(
         printed.contains("not UTF-8") && printed.contains("bad-\u{fffd}\u{fffd}-id"),
-        "no event names the bad entry: {printed}"
+        "no event names the bad id: {printed}"
+    );
+    assert!(
+        printed.contains("whole number of milliseconds") && printed.contains("half-ms"),
+        "no event names the entry due at a fraction of a millisecond: {printed}"
     );
 }
 

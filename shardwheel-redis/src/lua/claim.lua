@@ -47,7 +47,7 @@ for _, id in ipairs(expired) do
   local rec = redis.call('HGET', KEYS[3], id)
   redis.call('HDEL', KEYS[3], id)
   local attempt = 1
-  if rec then attempt = tonumber(string.match(rec, '^%d+:%-?%d+:(%d+)')) end
+  if rec then attempt = tonumber(string.match(rec, '^%d+:[^:]*:(%d+)')) end
   redis.call('HSET', KEYS[6], id, attempt)
   if attempt >= max_attempts then
     redis.call('ZADD', KEYS[4], now, id)

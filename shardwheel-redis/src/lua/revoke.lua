@@ -7,7 +7,7 @@ local function revoke(tok, id)
   local rec = redis.call('HGET', tok, id)
   if not rec then return 2 end
   redis.call('HDEL', tok, id)
-  local at = tonumber(string.match(rec, '^%d+:(%-?%d+):'))
+  local at = tonumber(string.match(rec, '^%d+:([^:]*):'))
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   if at and at > now then return 2 end

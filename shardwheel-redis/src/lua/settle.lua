@@ -45,7 +45,7 @@ for k = 1, #ids do
       result = 1
     else
       -- The record's due time (text, as claim.lua wrote it) and attempt.
-      local at, attempt = string.match(rec, '^%d+:(%-?%d+):(%d+)')
+      local at, attempt = string.match(rec, '^%d+:([^:]*):(%d+)')
       attempt = tonumber(attempt)
       if action == 'f' or action == 'd' then
         redis.call('HSET', KEYS[5], id, attempt)

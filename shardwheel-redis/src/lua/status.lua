@@ -17,7 +17,7 @@ if score then return {1, tonumber(score), attempts, payload} end
 score = redis.call('ZSCORE', KEYS[2], id)
 if score then
   local rec = redis.call('HGET', KEYS[3], id) or ''
-  local attempt = string.match(rec, '^%d+:%-?%d+:(%d+)')
+  local attempt = string.match(rec, '^%d+:[^:]*:(%d+)')
   return {2, tonumber(score), tonumber(attempt or attempts), payload}
 end
 score = redis.call('ZSCORE', KEYS[4], id)
