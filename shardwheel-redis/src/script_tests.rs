@@ -59,7 +59,7 @@ async fn claim_with(
         .await
         .unwrap();
     let reply = crate::claim::parse_claim(reply).expect("a well-formed claim reply");
-    assert!(reply.bad.is_empty(), "an id that is not UTF-8");
+    assert!(reply.bad.is_empty(), "an entry no handler can be given");
     // The server's clock in ms, as the script compares due times with it.
     (
         (reply.server_ns / 1_000_000) as i64,

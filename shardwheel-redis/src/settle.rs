@@ -1,7 +1,7 @@
 //! Settling: the outcomes of runs, batched per shard into `settle.lua` calls.
 //!
-//! Every outcome (ack, fail, release, or dead-letter for a claimed entry whose id is not
-//! UTF-8) names the job's fencing token, and the script applies it only if that token is
+//! Every outcome (ack, fail, release, or dead-letter for a claimed entry no handler can be
+//! given, see `claim::parse_claim`) names the job's fencing token, and the script applies it only if that token is
 //! still the job's live lease: a worker whose lease expired, or whose job was cancelled or
 //! rescheduled meanwhile, is refused and counted as such.
 //!
