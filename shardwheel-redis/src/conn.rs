@@ -58,6 +58,11 @@ impl Conn {
             retry_for,
         }
     }
+
+    /// Whether this is a cluster's connection, where one script touches one slot only.
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(self.link, Link::Cluster(_))
+    }
 }
 
 /// Whether a server error says the command did not run and may run later.

@@ -9,27 +9,27 @@ use crate::job::{Cancelled, JobState, Rescheduled};
 use crate::queue::Queue;
 use crate::start::StartRow;
 
-/// Runs start.lua on `shard` for `jobs` (id, token, due ms, attempt) claimed with leases
-/// of `lease_ms`, as a worker calls it: one result per job.
-async fn start(queue: &Queue, shard: u32, lease_ms: u64, jobs: &[StartRow<'_>]) -> Vec<i64> {
-    let invocation = crate::start::invocation(queue, shard, lease_ms, jobs);
+/// Runs start.lua for `jobs` (shard, id, token, due ms, attempt) claimed with leases of
+/// `lease_ms`, as a worker calls it: one result per job.
+async fn start(queue: &Queue, lease_ms: u64, jobs: &[StartRow<'_>]) -> Vec<i64> {
+    let invocation = crate::start::invocation(queue, lease_ms, jobs);
     let reply: Vec<i64> = invocation.invoke_async(&mut queue.conn()).await.unwrap();
     reply[2..].to_vec()
 }
 
-/// Schedules `id` due after `delay` and claims it (window an hour): its shard and how a
-/// start check names it.
+/// Schedules `id` due after `delay` and claims it (window an hour): how a start check
+/// names it.
 async fn claimed(
     queue: &Queue,
     id: &'static str,
     delay: Duration,
     lease_ms: u64,
-) -> (u32, StartRow<'static>) {
+) -> StartRow<'static> {
     queue.schedule(id, delay, b"x").await.unwrap();
     let s = shard(queue, id);
     let (_, jobs, _) = claim(queue, s, 3_600_000, lease_ms, 10, 5).await;
     let row = jobs.iter().find(|j| j.0 == id).unwrap();
-    (s, (id, row.2, row.1, row.3))
+    (s, id, row.2, row.1, row.3)
 }
 
 /// The server's AOF size: what it has appended since it started.
@@ -54,29 +54,34 @@ async fn start_is_fenced_by_token_lease_and_due_time_and_writes_nothing() {
     let server = support::Server::start();
     let mut conn = server.sync_conn();
     // A wrong token is revoked, a job not yet due waits, the live token starts (twice:
-    // a repeated call), and the started record still settles. One shard for both jobs, so
-    // that one call can hold them.
-    let queue = Queue::builder("s1")
-        .shards(1)
-        .connect(&server.url())
-        .await
+    // a repeated call), and the started record still settles. On a single server a call
+    // holds the jobs of several shards, each job's result in its place.
+    let queue = queue(&server, "s").await;
+    let a = claimed(&queue, "a", Duration::ZERO, 30_000).await;
+    let later = claimed(&queue, "later", Duration::from_secs(600), 30_000).await;
+    let other_id = ["b", "c", "d", "e", "f", "g", "h"]
+        .into_iter()
+        .find(|id| shard(&queue, id) != a.0)
         .unwrap();
-    let (s, a) = claimed(&queue, "a", Duration::ZERO, 30_000).await;
-    let (_, later) = claimed(&queue, "later", Duration::from_secs(600), 30_000).await;
-    let wrong = (a.0, a.1 + 1, a.2, a.3);
+    let other = claimed(&queue, other_id, Duration::ZERO, 30_000).await;
+    let wrong = (a.0, a.1, a.2 + 1, a.3, a.4);
     let aof = aof_size(&mut conn);
     let _: () = redis::cmd("CONFIG")
         .arg("RESETSTAT")
         .query(&mut conn)
         .unwrap();
-    assert_eq!(start(&queue, s, 30_000, &[wrong]).await, vec![0]);
-    assert_eq!(start(&queue, s, 30_000, &[later]).await, vec![2]);
-    assert_eq!(start(&queue, s, 30_000, &[a]).await, vec![1]);
-    assert_eq!(start(&queue, s, 30_000, &[wrong, a]).await, vec![0, 1]);
+    assert_eq!(start(&queue, 30_000, &[wrong]).await, vec![0]);
+    assert_eq!(start(&queue, 30_000, &[later]).await, vec![2]);
+    assert_eq!(start(&queue, 30_000, &[a]).await, vec![1]);
+    assert_eq!(start(&queue, 30_000, &[wrong, a]).await, vec![0, 1]);
+    assert_eq!(
+        start(&queue, 30_000, &[other, wrong, a]).await,
+        vec![1, 0, 1]
+    );
     // With a job not yet due in the call, each job's own due time decides.
     assert_eq!(
-        start(&queue, s, 30_000, &[a, later, wrong]).await,
-        vec![1, 2, 0]
+        start(&queue, 30_000, &[a, later, other, wrong]).await,
+        vec![1, 2, 1, 0]
     );
     assert_eq!(
         aof_size(&mut conn),
@@ -89,21 +94,21 @@ async fn start_is_fenced_by_token_lease_and_due_time_and_writes_nothing() {
     ));
     // Due less than its lease ago, a job's lease cannot have ended: the lease set is not read.
     assert_eq!(zmscore_calls(&mut conn), 0);
-    assert_eq!(settle(&queue, s, 5, &[("a", a.1, "a")]).await, vec![1]);
+    assert_eq!(settle(&queue, a.0, 5, &[("a", a.2, "a")]).await, vec![1]);
     // Due longer ago than the lease it was claimed with, a job starts only if its lease was
     // extended: the lease set decides.
-    let (s, x) = claimed(&queue, "x", Duration::ZERO, 1).await;
-    let extended = crate::lease::extend(&queue, s, "x", x.1, Duration::from_secs(60));
+    let x = claimed(&queue, "x", Duration::ZERO, 1).await;
+    let extended = crate::lease::extend(&queue, x.0, "x", x.2, Duration::from_secs(60));
     assert!(extended.await.unwrap());
     tokio::time::sleep(Duration::from_millis(10)).await;
-    assert_eq!(start(&queue, s, 1, &[x]).await, vec![1]);
+    assert_eq!(start(&queue, 1, &[x]).await, vec![1]);
     assert_eq!(zmscore_calls(&mut conn), 1);
     // A claim whose lease expired does not start (a worker stalled past it), and the next
     // claim takes it back with its attempt counted.
-    let (s, r) = claimed(&queue, "r", Duration::ZERO, 1).await;
+    let r = claimed(&queue, "r", Duration::ZERO, 1).await;
     tokio::time::sleep(Duration::from_millis(10)).await;
-    assert_eq!(start(&queue, s, 1, &[r]).await, vec![0]);
-    let (_, jobs, reaped) = claim(&queue, s, 0, 30_000, 10, 5).await;
+    assert_eq!(start(&queue, 1, &[r]).await, vec![0]);
+    let (_, jobs, reaped) = claim(&queue, r.0, 0, 30_000, 10, 5).await;
     assert_eq!(reaped, 1);
     assert_eq!((jobs[0].0.as_str(), jobs[0].3), ("r", 2));
 }
@@ -121,9 +126,9 @@ async fn cancel_and_reschedule_revoke_a_claim_and_tell_by_its_due_time_whether_i
         ("d", Duration::ZERO, false),
     ] {
         let due = delay.is_zero();
-        let (s, job) = claimed(&queue, id, delay, 30_000).await;
+        let job = claimed(&queue, id, delay, 30_000).await;
         if checked {
-            assert_eq!(start(&queue, s, 30_000, &[job]).await, vec![1]);
+            assert_eq!(start(&queue, 30_000, &[job]).await, vec![1]);
         }
         let found = queue.cancel(id).await.unwrap();
         let cancelled = if due {
@@ -133,11 +138,11 @@ async fn cancel_and_reschedule_revoke_a_claim_and_tell_by_its_due_time_whether_i
         };
         assert_eq!(found, cancelled, "{id}");
         assert_eq!(found.runs(), due);
-        assert_eq!(start(&queue, s, 30_000, &[job]).await, vec![0]);
+        assert_eq!(start(&queue, 30_000, &[job]).await, vec![0]);
         assert_eq!(queue.status(id).await.unwrap(), None);
-        let (s, job) = claimed(&queue, id, delay, 30_000).await;
+        let job = claimed(&queue, id, delay, 30_000).await;
         if checked {
-            assert_eq!(start(&queue, s, 30_000, &[job]).await, vec![1]);
+            assert_eq!(start(&queue, 30_000, &[job]).await, vec![1]);
         }
         let found = queue.reschedule(id, Duration::from_secs(600), None).await;
         let rescheduled = if due {
@@ -146,7 +151,7 @@ async fn cancel_and_reschedule_revoke_a_claim_and_tell_by_its_due_time_whether_i
             Rescheduled::Claimed
         };
         assert_eq!(found.unwrap(), rescheduled, "{id}");
-        assert_eq!(start(&queue, s, 30_000, &[job]).await, vec![0]);
+        assert_eq!(start(&queue, 30_000, &[job]).await, vec![0]);
         assert!(matches!(
             queue.status(id).await.unwrap().unwrap().0,
             JobState::Pending { attempts: 0, .. }
