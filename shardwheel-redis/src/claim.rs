@@ -307,7 +307,8 @@ fn bury(
         queue = shared.queue.name(),
         shard,
         id = %String::from_utf8_lossy(&id),
-        "shardwheel-redis worker: a claimed job cannot be run ({why}); it goes to the dead-letter set"
+        "shardwheel-redis worker: a claimed job cannot be run ({why}); \
+         it goes to the dead-letter set"
     );
     let _ = settle_tx.send(Settle {
         shard,

@@ -1,9 +1,9 @@
 //! Settling: the outcomes of runs, batched per shard into `settle.lua` calls.
 //!
 //! Every outcome (ack, fail, release, or dead-letter for a claimed entry no handler can be
-//! given, see `claim::parse_claim`) names the job's fencing token, and the script applies it only if that token is
-//! still the job's live lease: a worker whose lease expired, or whose job was cancelled or
-//! rescheduled meanwhile, is refused and counted as such.
+//! given, see `claim::parse_claim`) names the job's fencing token, and the script applies
+//! it only if that token is still the job's live lease: a worker whose lease expired, or
+//! whose job was cancelled or rescheduled meanwhile, is refused and counted as such.
 //!
 //! The settler takes whatever outcomes are queued (up to 16 script batches), groups them by
 //! shard and sends the shards' calls one after the other, so acks cost a fraction of a

@@ -8,17 +8,18 @@
 //! still be in flight (`dispatch`). On a single server one call holds several shards' jobs:
 //! a call costs the server about 20 us beside its jobs' 2 us each, and the few jobs of one
 //! instant are spread over many shards (in D1, about 10 jobs an instant over the 16
-//! shards); on a cluster a script touches one slot, so a call holds one shard's jobs. The calls go on the queue's second
-//! connection, which nothing else uses: on the first, a check would wait behind every claim
-//! and acknowledgement pipelined before it (a server runs one connection's commands in
-//! order), and in D1 at a fifth of its scale (load 1-1.5) the second connection halved the
-//! lateness (p50 14.2 -> 7.7 ms, p99 939 -> 466 ms). The script compares each job's claim
-//! record (token, due time, attempt) with the one the store holds, its lease expiry and its
-//! due time with the server's `TIME`, atomically, and writes nothing; when every job of the
-//! call is due and was due less than a lease ago (a worker on time), the record alone
-//! decides, one string comparison a job (`lua/start.lua`). A script that only reads is
-//! neither appended to the AOF (no fsync with `appendfsync always`) nor replicated, so the
-//! check adds no write to the server's scheduling traffic.
+//! shards); on a cluster a script touches one slot, so a call holds one shard's jobs. The
+//! calls go on the queue's second connection, which nothing else uses: on the first, a
+//! check would wait behind every claim and acknowledgement pipelined before it (a server
+//! runs one connection's commands in order), and in D1 at a fifth of its scale (load 1-1.5)
+//! the second connection halved the lateness (p50 14.2 -> 7.7 ms, p99 939 -> 466 ms). The
+//! script compares each job's claim record (token, due time, attempt) with the one the
+//! store holds, its lease expiry and its due time with the server's `TIME`, atomically, and
+//! writes nothing; when every job of the call is due and was due less than a lease ago (a
+//! worker on time), the record alone decides, one string comparison a job
+//! (`lua/start.lua`). A script that only reads is neither appended to the AOF (no fsync
+//! with `appendfsync always`) nor replicated, so the check adds no write to the server's
+//! scheduling traffic.
 //! A cancel or reschedule is applied wholly before or wholly after a check; it removes the
 //! claim's record, so every later check refuses the job, and it tells whether an earlier
 //! check may have passed from the claim's due time alone, since a check passes only at or
