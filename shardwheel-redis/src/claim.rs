@@ -60,14 +60,22 @@ fn int(value: &Value) -> Option<i64> {
     }
 }
 
-/// A number the server sent as text, if it is the text the number prints as (no sign,
-/// leading zero, fraction or exponent that printing would drop).
-fn exact<T: std::str::FromStr + ToString>(value: &Value) -> Option<T> {
+/// A number the server sent as text, if it is the text the number prints as: digits, after
+/// a '-' for a negative one, with no leading zero (so no '+', fraction, exponent or "-0").
+fn exact<T: std::str::FromStr>(value: &Value) -> Option<T> {
     let Value::BulkString(text) = value else {
         return None;
     };
-    let number: T = std::str::from_utf8(text).ok()?.parse().ok()?;
-    (number.to_string().as_bytes() == text.as_slice()).then_some(number)
+    let digits = text.strip_prefix(b"-").unwrap_or(text);
+    let printed = match digits {
+        [] => false,
+        [b'0'] => digits.len() == text.len(),
+        [first, ..] => *first != b'0' && digits.iter().all(u8::is_ascii_digit),
+    };
+    if !printed {
+        return None;
+    }
+    std::str::from_utf8(text).ok()?.parse().ok()
 }
 
 fn bytes(value: Value) -> Option<Vec<u8>> {
@@ -81,9 +89,24 @@ fn bytes(value: Value) -> Option<Vec<u8>> {
 /// The record `claim.lua` writes for a claimed job in the shard's tok hash,
 /// "token:due:attempt", which `start.lua` compares whole with this one. The due time and
 /// the attempt are the texts the claim returned, and a row is kept only if its numbers
-/// print back as those texts (`parse_claim`), so the two are the same string.
-pub(crate) fn record(token: u64, due_ms: i64, attempt: u32) -> String {
-    format!("{token}:{due_ms}:{attempt}")
+/// print back as those texts (`parse_claim`), so the two are the same string. Printed
+/// straight into a script's argument.
+pub(crate) struct Record {
+    pub(crate) token: u64,
+    pub(crate) due_ms: i64,
+    pub(crate) attempt: u32,
+}
+
+impl std::fmt::Display for Record {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}:{}", self.token, self.due_ms, self.attempt)
+    }
+}
+
+impl redis::ToRedisArgs for Record {
+    fn write_redis_args<W: ?Sized + redis::RedisWrite>(&self, out: &mut W) {
+        out.write_arg_fmt(self);
+    }
 }
 
 /// One claimed job as the claim script returns it: id, due ms, token, attempt, payload.
@@ -368,5 +391,42 @@ pub(crate) fn insert(
             token: claimed.token,
             action: Action::Release,
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn exact_takes_only_the_text_a_number_prints_as() {
+        for (s, n) in [
+            ("0", 0),
+            ("7", 7),
+            ("-5", -5),
+            ("1795937999000", 1795937999000),
+        ] {
+            assert_eq!(exact::<i64>(&text(s)), Some(n), "{s}");
+            assert_eq!(n.to_string(), s);
+        }
+        for s in [
+            "",
+            "-",
+            "-0",
+            "007",
+            "+5",
+            "1.5",
+            "1e3",
+            "--5",
+            "9223372036854775808",
+        ] {
+            assert_eq!(exact::<i64>(&text(s)), None, "{s}");
+        }
+        assert_eq!(exact::<u32>(&text("-1")), None);
+        assert_eq!(exact::<i64>(&Value::Int(5)), None);
     }
 }

@@ -41,7 +41,7 @@ use redis::{ScriptInvocation, Value};
 use shardwheel::Timer;
 use tokio::sync::mpsc;
 
-use crate::claim::{ClaimBase, Claimed, insert, record};
+use crate::claim::{ClaimBase, Claimed, Record, insert};
 use crate::queue::{BATCH, Queue};
 use crate::scripts::SCRIPTS;
 use crate::settle::Settle;
@@ -60,9 +60,8 @@ pub(crate) async fn check(
     shared: &Shared,
     timer: &Timer<Claimed>,
     settle_tx: &mpsc::UnboundedSender<Settle>,
-    fired: Vec<Claimed>,
+    mut fired: Vec<Claimed>,
 ) -> Vec<Claimed> {
-    let mut fired = fired;
     // Stable: a shard's jobs stay in the order they fired.
     fired.sort_by_key(|claimed| claimed.shard);
     // On a single server a call takes several shards' jobs; on a cluster one shard's.
@@ -115,7 +114,7 @@ pub(crate) type StartRow<'a> = (u32, &'a str, u64, i64, u32);
 
 /// The `start.lua` call for `jobs`, claimed with leases of `lease_ms`, a shard's jobs next to
 /// each other: each shard's tok hash and lease set, the due times' bounds, then per shard
-/// its job count and each job's id and the record its claim wrote (`claim::record`), from
+/// its job count and each job's id and the record its claim wrote (`claim::Record`), from
 /// the same due times. The results come in the order of `jobs`.
 pub(crate) fn invocation(
     queue: &Queue,
@@ -131,7 +130,12 @@ pub(crate) fn invocation(
         let keys = queue.keys(group[0].0);
         invocation.key(&keys.tok).key(&keys.lease).arg(group.len());
         for &(_, id, token, due_ms, attempt) in group {
-            invocation.arg(id).arg(record(token, due_ms, attempt));
+            let record = Record {
+                token,
+                due_ms,
+                attempt,
+            };
+            invocation.arg(id).arg(record);
         }
     }
     invocation

@@ -30,7 +30,7 @@
 -- Otherwise each record's due time is read and the lease set consulted (ZMSCORE, whose
 -- scores Redis 7.0 prints with '%.17g') only for the jobs due ARGV[1] or more before now.
 -- The bounds are the caller's: a worker computes them from the due times it puts in the
--- records (`claim::record`), and a record that is the given one has that due time.
+-- records (`claim::Record`), and a record that is the given one has that due time.
 -- Several shards in one call (a single server; a cluster refuses keys of several slots):
 -- a call costs the server about 20 us beside its jobs' 2 us each, and a worker's instant
 -- usually holds a few jobs spread over many shards.
@@ -61,7 +61,7 @@ for g = 2, #KEYS, 2 do
       for k = 1, n do
         local rec = recs[k]
         local result = 0
-        if rec and rec == ARGV[a + 2 * k - 1] then
+        if rec == ARGV[a + 2 * k - 1] then
           local at = tonumber(string.match(rec, '^%d+:([^:]*):'))
           if at > now then
             result = 2
