@@ -275,7 +275,7 @@ impl<T: Send + 'static> Scheduler<T> {
             // Built before a fork: its reapers stayed in the parent (see `global`).
             return Err(ScheduleError::Shutdown(payload));
         }
-        let (shard, scheduled) = producer(|producer| {
+        let scheduled = producer(|producer| {
             let shard = producer.shard(self.shards.len());
             let on = &self.shards[shard];
             let found = producer.stage(self.id, shard);
@@ -294,10 +294,14 @@ impl<T: Send + 'static> Scheduler<T> {
             if producer.count_and_look() {
                 self.look_for_waiting_reaper(on);
             }
-            (shard, scheduled)
+            // The handle is made here, so that what leaves the closure on success is one
+            // word: a slot and a generation, written to the stack as two halves and read
+            // back as one word, made that read wait for the two stores to reach the cache
+            // (the schedule's hottest instruction under perf).
+            scheduled.map(|(slot, generation)| self.handles.handle(shard, slot, generation))
         });
         match scheduled {
-            Ok((slot, generation)) => Ok(self.handles.handle(shard, slot, generation)),
+            Ok(handle) => Ok(handle),
             Err(Refused::Full(payload)) => Err(ScheduleError::Full(payload)),
             Err(Refused::Closed(payload)) => Err(ScheduleError::Shutdown(payload)),
         }
