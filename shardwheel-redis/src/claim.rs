@@ -12,10 +12,13 @@
 //! among them, for up to about 130 ms; with `IN_FLIGHT` calls, a check waits behind at most
 //! that many (about 30 ms). When a shard filled its batch the next round starts
 //! at once, otherwise the claimer sleeps `poll`, or less if stopped or woken by a hint
-//! (`hint`). Claims pause while the local timer holds `max_held` jobs.
+//! (`hint`). Claims pause while the local timer holds `max_held` jobs. A claim names each
+//! job (id, due time, attempt) but not its payload, which the start check returns for the
+//! jobs that start (`start`): the server hashes no id to find a payload, reads none for a
+//! job revoked before its due time, and a held job costs the worker no payload.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use redis::Value;
@@ -26,7 +29,7 @@ use crate::conn::Conn;
 use crate::scripts::SCRIPTS;
 use crate::settle::{Action, Settle};
 use crate::stats::Counters;
-use crate::worker::{Job, Shared, ms};
+use crate::worker::{Shared, ms};
 
 /// Most claim calls a worker has in flight. All 16 shards' at once made the server's
 /// response time p99 129 ms over D1 (a probe's trivial command) and the D2 burst 6.1 s; 4
@@ -35,12 +38,14 @@ use crate::worker::{Job, Shared, ms};
 /// they were scheduled (D1's late_max 0.45 -> 1.56 s).
 const IN_FLIGHT: usize = 4;
 
-/// A claimed job in the local timer.
+/// A claimed job in the local timer: its payload stays on the server until its start check
+/// returns it (`start`), so a job held for the window costs the worker no payload.
 pub(crate) struct Claimed {
     pub(crate) shard: u32,
     pub(crate) token: u64,
     pub(crate) due_ms: i64,
-    pub(crate) job: Job,
+    pub(crate) id: String,
+    pub(crate) attempt: u32,
 }
 
 /// The server's clock at a claim (Unix ns), bracketed by the local instants of request and
@@ -109,8 +114,8 @@ impl redis::ToRedisArgs for Record {
     }
 }
 
-/// One claimed job as the claim script returns it: id, due ms, token, attempt, payload.
-pub(crate) type ClaimedRow = (String, i64, u64, u32, Vec<u8>);
+/// One claimed job as the claim script returns it: id, due ms, token, attempt.
+pub(crate) type ClaimedRow = (String, i64, u64, u32);
 
 /// A parsed claim reply.
 pub(crate) struct ClaimReply {
@@ -124,7 +129,7 @@ pub(crate) struct ClaimReply {
     pub(crate) reaped: u64,
 }
 
-/// Parses a claim reply: {now ms, token, {id, due, attempt, payload, ...}, reaped, TIME
+/// Parses a claim reply: {now ms, token, {id, due, attempt, ...}, reaped, TIME
 /// seconds, TIME microseconds} (the batch's jobs share its token). An entry whose id is not
 /// UTF-8, or whose due time is not a whole number of milliseconds (a score another client
 /// wrote), is set apart in `bad`, alone: the rest of the batch is parsed as usual. A row's
@@ -144,16 +149,15 @@ pub(crate) fn parse_claim(reply: Value) -> Option<ClaimReply> {
     let Value::Array(flat) = std::mem::replace(&mut parts[2], Value::Nil) else {
         return None;
     };
-    let mut jobs = Vec::with_capacity(flat.len() / 4);
+    let mut jobs = Vec::with_capacity(flat.len() / 3);
     let mut bad = Vec::new();
     let mut items = flat.into_iter();
     while let Some(id) = items.next() {
         let id = bytes(id)?;
         let due = exact::<i64>(&items.next()?);
         let attempt = exact::<u32>(&items.next()?);
-        let payload = bytes(items.next()?)?;
         match (String::from_utf8(id), due, attempt) {
-            (Ok(id), Some(due), Some(attempt)) => jobs.push((id, due, token, attempt, payload)),
+            (Ok(id), Some(due), Some(attempt)) => jobs.push((id, due, token, attempt)),
             (Err(not_utf8), _, _) => {
                 bad.push((not_utf8.into_bytes(), token, "its id is not UTF-8"))
             }
@@ -173,7 +177,7 @@ pub(crate) fn parse_claim(reply: Value) -> Option<ClaimReply> {
 }
 
 /// Server time a claim is given per job of a shard's backlog, times the shards (`claim.lua`'s
-/// ARGV[10]): a shard holding n jobs due within the window has its jobs claimed
+/// ARGV[7]): a shard holding n jobs due within the window has its jobs claimed
 /// `n * shards * CLAIM_US_PER_JOB` earlier than the lead. About 1.4 times what claims took on
 /// the 2-core machine of benches/README.md while a burst was being claimed (500,000 jobs in
 /// about 7 s, 14 us each), so a burst's claims end before it comes due.
@@ -209,9 +213,6 @@ pub(crate) fn claim_invocation(
         .key(&keys.dead)
         .key(&keys.seq)
         .key(&keys.att)
-        .arg(&keys.payload_prefix)
-        .arg(queue.shards())
-        .arg(queue.buckets())
         .arg(limits.window_ms)
         .arg(limits.lease_ms)
         .arg(limits.room)
@@ -349,7 +350,7 @@ fn hold(
     settle_tx: &mpsc::UnboundedSender<Settle>,
     shard: u32,
     base: ClaimBase,
-    (id, due_ms, token, attempt, payload): ClaimedRow,
+    (id, due_ms, token, attempt): ClaimedRow,
 ) {
     let counters = &shared.counters;
     let due_ns = i128::from(due_ms) * 1_000_000;
@@ -362,12 +363,8 @@ fn hold(
         shard,
         token,
         due_ms,
-        job: Job {
-            id,
-            payload,
-            due: UNIX_EPOCH + Duration::from_millis(due_ms.max(0) as u64),
-            attempt,
-        },
+        id,
+        attempt,
     };
     insert(counters, timer, settle_tx, at, claimed);
 }
@@ -387,7 +384,7 @@ pub(crate) fn insert(
         let claimed = refused.into_inner();
         let _ = settle_tx.send(Settle {
             shard: claimed.shard,
-            id: claimed.job.id.into_bytes(),
+            id: claimed.id.into_bytes(),
             token: claimed.token,
             action: Action::Release,
         });
