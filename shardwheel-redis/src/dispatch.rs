@@ -15,7 +15,7 @@ use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use futures_util::stream::FuturesUnordered;
 use futures_util::{FutureExt, StreamExt};
@@ -54,9 +54,8 @@ const CHECKS_IN_FLIGHT: usize = 4;
 enum Next {
     /// A job the timer fired (`None`: the timer is gone).
     Fired(Option<Claimed>),
-    /// A check came back with the jobs that may start and their payloads (`None`: no check
-    /// in flight).
-    Checked(Option<Vec<(Claimed, Vec<u8>)>>),
+    /// A check came back with the jobs that may start (`None`: no check in flight).
+    Checked(Option<Vec<Claimed>>),
     /// The worker is stopping: the timer fires nothing more.
     TimerDone,
 }
@@ -119,8 +118,8 @@ pub(crate) async fn dispatch_loop<F, Fut, E>(
             }
             Next::Fired(None) | Next::TimerDone => done = true,
             Next::Checked(Some(started)) => {
-                for (claimed, payload) in started {
-                    if !dispatch.run(claimed, payload).await {
+                for claimed in started {
+                    if !dispatch.run(claimed).await {
                         break 'instants;
                     }
                 }
@@ -135,9 +134,8 @@ pub(crate) async fn dispatch_loop<F, Fut, E>(
 }
 
 impl<F> Dispatch<F> {
-    /// Runs the handler on a job whose start was checked, with the payload its check
-    /// returned; false if the dispatcher must stop.
-    async fn run<Fut, E>(&self, claimed: Claimed, payload: Vec<u8>) -> bool
+    /// Runs the handler on a job whose start was checked; false if the dispatcher must stop.
+    async fn run<Fut, E>(&self, claimed: Claimed) -> bool
     where
         F: Fn(Job) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<(), E>> + Send + 'static,
@@ -159,7 +157,7 @@ impl<F> Dispatch<F> {
                 u64::try_from((most - due).max(0)).unwrap_or(u64::MAX),
             ));
         }
-        let (shard, token, id) = (claimed.shard, claimed.token, claimed.id.clone());
+        let (shard, token, id) = (claimed.shard, claimed.token, claimed.job.id.clone());
         let settle = move |id: String, action| Settle {
             shard,
             id: id.into_bytes(),
@@ -168,12 +166,7 @@ impl<F> Dispatch<F> {
         };
         // A handler that panics while making its future fails the attempt, as one that
         // panics while running does; neither stops the dispatcher.
-        let job = Job {
-            id: claimed.id,
-            payload,
-            due: UNIX_EPOCH + Duration::from_millis(claimed.due_ms.max(0) as u64),
-            attempt: claimed.attempt,
-        };
+        let job = claimed.job;
         let handler = &self.handler;
         let Ok(run) = std::panic::catch_unwind(AssertUnwindSafe(|| handler(job))) else {
             let _ = self.settle_tx.send(settle(id, Action::Fail));

@@ -50,6 +50,9 @@ impl redis::ToRedisArgs for PayloadKey<'_> {
     }
 }
 
+/// One argument: a key of a command (`HGET`).
+impl redis::ToSingleRedisArg for PayloadKey<'_> {}
+
 /// The key names of one shard, in the order the scripts take them as `KEYS`.
 #[derive(Clone, Debug)]
 pub(crate) struct ShardKeys {

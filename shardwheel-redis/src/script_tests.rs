@@ -282,6 +282,37 @@ async fn claim_takes_a_bounded_batch_within_the_window_with_fresh_tokens() {
 }
 
 #[tokio::test]
+async fn a_claimed_job_s_payload_is_read_from_the_hash_the_client_names() {
+    let server = support::Server::start();
+    let queue = queue(&server, "p").await;
+    // Ids over every shard and many of each shard's payload hashes, each its own payload.
+    let ids: Vec<String> = (0..64).map(|i| format!("p-{i}")).collect();
+    let jobs = ids
+        .iter()
+        .map(|id| (id.as_str(), When::After(Duration::ZERO), id.as_bytes()));
+    support::schedule_new(&queue, jobs).await;
+    let mut read = 0;
+    for s in 0..queue.shards() {
+        // The claim reply names the jobs without payloads (three fields a job: a reply
+        // with a payload as its fourth would not parse as `ClaimedRow`s).
+        let (_, jobs, _) = claim(&queue, s, 0, 30_000, 100, 5).await;
+        assert!(!jobs.is_empty(), "shard {s}");
+        // A job cancelled after its claim has no payload left to read.
+        let gone = &jobs[0].0;
+        assert_eq!(queue.cancel(gone).await.unwrap(), Cancelled::Started);
+        let payloads = crate::claim::payloads(&queue, &mut queue.conn(), s, &jobs)
+            .await
+            .unwrap();
+        for ((id, ..), payload) in jobs.iter().zip(payloads) {
+            let expected = (id != gone).then(|| id.as_bytes().to_vec());
+            assert_eq!(payload, expected, "{id}");
+            read += 1;
+        }
+    }
+    assert_eq!(read, ids.len());
+}
+
+#[tokio::test]
 async fn a_claim_reaches_past_its_lead_only_for_a_backlog_within_the_window() {
     let server = support::Server::start();
     let queue = queue(&server, "l").await;

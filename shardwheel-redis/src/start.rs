@@ -17,18 +17,14 @@
 //! store holds, its lease expiry and its due time with the server's `TIME`, atomically, and
 //! writes nothing; when every job of the call is due and was due less than a lease ago (a
 //! worker on time), the record alone decides, one string comparison a job
-//! (`lua/start.lua`). The reply carries the payload of each job that starts, read from the
-//! payload hash the worker names (`keys::bucket_of`): the claim reads no payload, and no
-//! script hashes an id (that hash in Lua, 3.3 us a call, was the largest part of a claimed
-//! job's server time). A script that only reads is neither appended to the AOF (no fsync
+//! (`lua/start.lua`). A script that only reads is neither appended to the AOF (no fsync
 //! with `appendfsync always`) nor replicated, so the check adds no write to the server's
 //! scheduling traffic.
 //! A cancel or reschedule is applied wholly before or wholly after a check; it removes the
 //! claim's record, so every later check refuses the job, and it tells whether an earlier
 //! check may have passed from the claim's due time alone, since a check passes only at or
 //! after it (see `lua/revoke.lua`). Per job:
-//! - started: the handler runs with the payload the reply carries (empty if the payload is
-//!   missing, which only a client other than this crate's scripts can make happen);
+//! - started: the handler runs;
 //! - revoked (cancelled, rescheduled, settled or taken back since the claim, or its lease
 //!   expired): dropped, counted in `revoked`; the store already holds whatever the job
 //!   became (an expired lease is taken back by the next claim);
@@ -46,7 +42,6 @@ use shardwheel::Timer;
 use tokio::sync::mpsc;
 
 use crate::claim::{ClaimBase, Claimed, Record, insert};
-use crate::keys::bucket_of;
 use crate::queue::{BATCH, Queue};
 use crate::scripts::SCRIPTS;
 use crate::settle::Settle;
@@ -59,25 +54,14 @@ const RETRY: Duration = Duration::from_millis(100);
 /// Most jobs the dispatcher checks in one instant (16 calls of `BATCH`).
 pub(crate) const MOST: usize = 16 * BATCH;
 
-/// What a start check says of one job.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Check {
-    /// It starts, with this payload.
-    Start(Vec<u8>),
-    /// Revoked: it does not run.
-    Revoked,
-    /// Not yet due by the server's clock.
-    NotYetDue,
-}
-
-/// Checks the start of `fired` (jobs the timer fired), returns those that may run now with
-/// their payloads and puts the others back into the timer or drops them as above.
+/// Checks the start of `fired` (jobs the timer fired), returns those that may run now and
+/// puts the others back into the timer or drops them as above.
 pub(crate) async fn check(
     shared: &Shared,
     timer: &Timer<Claimed>,
     settle_tx: &mpsc::UnboundedSender<Settle>,
     mut fired: Vec<Claimed>,
-) -> Vec<(Claimed, Vec<u8>)> {
+) -> Vec<Claimed> {
     // Stable: a shard's jobs stay in the order they fired.
     fired.sort_by_key(|claimed| claimed.shard);
     // On a single server a call takes several shards' jobs; on a cluster one shard's.
@@ -111,14 +95,14 @@ pub(crate) async fn check(
             .observe(base.sent, base.received, base.server_ns);
         for (claimed, result) in chunk.into_iter().zip(results) {
             match result {
-                Check::Start(payload) => start.push((claimed, payload)),
-                Check::NotYetDue => {
+                1 => start.push(claimed),
+                2 => {
                     let due_ns = i128::from(claimed.due_ms) * 1_000_000;
                     let ahead = u64::try_from(due_ns - base.server_ns).unwrap_or(0);
                     let at = base.received + Duration::from_nanos(ahead);
                     insert(counters, timer, settle_tx, at, claimed);
                 }
-                Check::Revoked => Counters::add(&counters.revoked, 1),
+                _ => Counters::add(&counters.revoked, 1),
             }
         }
     }
@@ -130,14 +114,13 @@ pub(crate) type StartRow<'a> = (u32, &'a str, u64, i64, u32);
 
 /// The `start.lua` call for `jobs`, claimed with leases of `lease_ms`, a shard's jobs next to
 /// each other: each shard's tok hash and lease set, the due times' bounds, then per shard
-/// its job count and each job's id, the record its claim wrote (`claim::Record`), from the
-/// same due times, and its payload hash. The results come in the order of `jobs`.
+/// its job count and each job's id and the record its claim wrote (`claim::Record`), from
+/// the same due times. The results come in the order of `jobs`.
 pub(crate) fn invocation(
     queue: &Queue,
     lease_ms: u64,
     jobs: &[StartRow<'_>],
 ) -> ScriptInvocation<'static> {
-    let (shards, buckets) = (queue.shards(), queue.buckets());
     let mut invocation = SCRIPTS.start.prepare_invoke();
     let dues = jobs.iter().map(|&(_, _, _, due_ms, _)| due_ms);
     let earliest = dues.clone().min().unwrap_or(0);
@@ -152,21 +135,21 @@ pub(crate) fn invocation(
                 due_ms,
                 attempt,
             };
-            let payload = keys.payload(bucket_of(id.as_bytes(), shards, buckets));
-            invocation.arg(id).arg(record).arg(payload);
+            invocation.arg(id).arg(record);
         }
     }
     invocation
 }
 
 /// One `start.lua` call for `jobs`: the server's clock and one result per job.
-async fn call(shared: &Shared, jobs: &[Claimed]) -> Result<(ClaimBase, Vec<Check>), crate::Error> {
+async fn call(shared: &Shared, jobs: &[Claimed]) -> Result<(ClaimBase, Vec<i64>), crate::Error> {
     let queue = &shared.queue;
     let rows: Vec<StartRow> = jobs
         .iter()
         .map(|claimed| {
-            let (shard, token, due_ms) = (claimed.shard, claimed.token, claimed.due_ms);
-            (shard, claimed.id.as_str(), token, due_ms, claimed.attempt)
+            let job = &claimed.job;
+            let (shard, token) = (claimed.shard, claimed.token);
+            (shard, job.id.as_str(), token, claimed.due_ms, job.attempt)
         })
         .collect();
     let invocation = invocation(queue, ms(shared.config.lease), &rows);
@@ -185,25 +168,19 @@ async fn call(shared: &Shared, jobs: &[Claimed]) -> Result<(ClaimBase, Vec<Check
         .ok_or_else(|| crate::Error::Protocol("a start reply of another shape".into()))
 }
 
-/// {TIME seconds, TIME microseconds, result per job: the payload (started), 0 (revoked) or
-/// 2 (not yet due)} -> (server ns, results).
-pub(crate) fn parse(reply: Vec<Value>, jobs: usize) -> Option<(i128, Vec<Check>)> {
-    if reply.len() != jobs + 2 {
-        return None;
-    }
-    let mut values = reply.into_iter();
-    let mut int = || match values.next() {
-        Some(Value::Int(n)) => Some(n),
-        _ => None,
-    };
-    let server_ns = i128::from(int()?) * 1_000_000_000 + i128::from(int()?) * 1000;
-    let results = values
+/// {TIME seconds, TIME microseconds, result per job} -> (server ns, results).
+fn parse(reply: Vec<Value>, jobs: usize) -> Option<(i128, Vec<i64>)> {
+    let ints: Vec<i64> = reply
+        .iter()
         .map(|value| match value {
-            Value::BulkString(payload) => Some(Check::Start(payload)),
-            Value::Int(0) => Some(Check::Revoked),
-            Value::Int(2) => Some(Check::NotYetDue),
+            Value::Int(n) => Some(*n),
             _ => None,
         })
         .collect::<Option<_>>()?;
-    Some((server_ns, results))
+    let (time, results) = ints.split_at_checked(2)?;
+    if results.len() != jobs {
+        return None;
+    }
+    let server_ns = i128::from(time[0]) * 1_000_000_000 + i128::from(time[1]) * 1000;
+    Some((server_ns, results.to_vec()))
 }

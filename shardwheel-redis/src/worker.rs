@@ -13,9 +13,8 @@
 //!   was scheduled.
 //! - the timer's reaper fires each job at its instant into a channel; the **dispatcher**
 //!   (`dispatch`) has the start of the jobs fired in one instant checked on the server in one
-//!   round trip (`start`: a job cancelled or rescheduled since its claim does not run; the
-//!   reply carries the payloads of the jobs that start; a few instants' checks may be in
-//!   flight at once),
+//!   round trip (`start`: a job cancelled or rescheduled since its claim does not run; a
+//!   few instants' checks may be in flight at once),
 //!   records lateness and runs the handler: polled once in place (a handler done at once
 //!   costs no task), spawned otherwise (at most `concurrency` at once), its lease extended
 //!   while it runs (`lease`);
@@ -492,7 +491,7 @@ impl Worker {
             for claimed in unfired {
                 let _ = tasks.settle_tx.send(Settle {
                     shard: claimed.shard,
-                    id: claimed.id.into_bytes(),
+                    id: claimed.job.id.into_bytes(),
                     token: claimed.token,
                     action: Action::Release,
                 });

@@ -22,8 +22,8 @@
 -- in exactly one of due, lease, dead at any time, and only the holder of its current token
 -- can start (start.lua), ack, fail or release it. The claim's record is written here only:
 -- start.lua reads it, and cancel.lua or reschedule.lua remove it. No payload is read here:
--- start.lua returns those of the jobs that start, from the hashes the worker names (no id
--- is hashed on the server, and a job revoked before its due time costs no payload read).
+-- the worker reads its claimed jobs' payloads with plain HGETs from the hashes it computes
+-- (`claim::payloads`), so no id is hashed on the server.
 -- Returns {now, token, {id, due, attempt, ...}, reaped count, TIME seconds, TIME
 -- microseconds} (token 0 if no job was claimed; the last two let the worker bound the
 -- server's clock to the microsecond).

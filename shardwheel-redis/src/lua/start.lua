@@ -1,24 +1,19 @@
 #!lua flags=no-writes
 -- start.lua: the fenced start of claimed jobs that came due at a worker, from one shard or
--- several, with the payloads of those that start.
+-- several.
 --
 -- KEYS pairs, one per shard of the call: the shard's tok hash, its lease zset
 -- ARGV[1] lease ms the jobs were claimed with (claim.lua's ARGV[2])
 -- ARGV[2] the earliest and ARGV[3] the latest due time (Unix ms) among the jobs below
--- ARGV[4..] for each shard in KEYS' order: its job count n, then n triples: id, the claim's
--- record of it ("token:due:attempt", as claim.lua wrote it and returned its parts), the
--- payload hash that holds it (the whole key, in the shard's hash slot: `keys::bucket_of`)
+-- ARGV[4..] for each shard in KEYS' order: its job count n, then n pairs: id, the claim's
+-- record of it ("token:due:attempt", as claim.lua wrote it and returned its parts)
 --
 -- Contract: with now = the server's TIME, a job starts only if it is still the same job
 -- under a live lease: its record in its shard's tok hash is the given one (so it was not
 -- cancelled, rescheduled, settled or taken back since that claim: a token names one claim),
 -- its lease has not expired (lease expiry > now), and its due time is at or before now. Per
--- job, in the call's order, the result is its payload (a string) if it starts (also on a
--- repeated call), 0 revoked (do not run), 2 not yet due by the server's clock (try again at
--- its due time). A job that starts has its payload in the hash named, unless something
--- other than these scripts removed it (they remove a payload only with the claim's record,
--- in one script): then its payload is '' (as the claim gave it before the payloads moved
--- here). Only the started jobs' payloads are read.
+-- job, in the call's order, the result is 1 start (also on a repeated call), 0 revoked (do
+-- not run), 2 not yet due by the server's clock (try again at its due time).
 -- Read only (the flag above: the server refuses a write here). It writes nothing, so it is
 -- not propagated to the AOF or replicas and costs no fsync. What makes a run "started" is
 -- the due time alone: a start can succeed only at or after the due time in the record, so
@@ -41,12 +36,11 @@
 -- usually holds a few jobs spread over many shards.
 -- Returns {TIME seconds, TIME microseconds, result, ...}.
 -- Bound: O(n log N) for n jobs (the client sends at most 512 a call): one HMGET per shard,
--- one HGET per started job, one ZMSCORE more for a shard with jobs due a lease or more ago.
+-- one ZMSCORE more for a shard with jobs due a lease or more ago.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local lease = tonumber(ARGV[1])
 local fast = tonumber(ARGV[3]) <= now and now < tonumber(ARGV[2]) + lease
-local call = redis.call
 local out = {tonumber(t[1]), tonumber(t[2])}
 local o = 2
 local a = 4
@@ -55,16 +49,11 @@ for g = 2, #KEYS, 2 do
   a = a + 1
   if n > 0 then
     local ids = {}
-    for k = 1, n do ids[k] = ARGV[a + 3 * k - 3] end
-    local recs = call('HMGET', KEYS[g - 1], unpack(ids))
+    for k = 1, n do ids[k] = ARGV[a + 2 * k - 2] end
+    local recs = redis.call('HMGET', KEYS[g - 1], unpack(ids))
     if fast then
       for k = 1, n do
-        local j = a + 3 * k - 3
-        if recs[k] == ARGV[j + 1] then
-          out[o + k] = call('HGET', ARGV[j + 2], ids[k]) or ''
-        else
-          out[o + k] = 0
-        end
+        if recs[k] == ARGV[a + 2 * k - 1] then out[o + k] = 1 else out[o + k] = 0 end
       end
     else
       -- Jobs due long enough ago that their lease may have ended: positions and ids.
@@ -72,32 +61,29 @@ for g = 2, #KEYS, 2 do
       for k = 1, n do
         local rec = recs[k]
         local result = 0
-        if rec == ARGV[a + 3 * k - 2] then
+        if rec == ARGV[a + 2 * k - 1] then
           local at = tonumber(string.match(rec, '^%d+:([^:]*):'))
           if at > now then
             result = 2
           elseif now < at + lease then
             result = 1
           else
-            old[#old + 1] = k
+            old[#old + 1] = o + k
             old_ids[#old_ids + 1] = ids[k]
           end
         end
         out[o + k] = result
       end
       if #old > 0 then
-        local expiries = call('ZMSCORE', KEYS[g], unpack(old_ids))
+        local expiries = redis.call('ZMSCORE', KEYS[g], unpack(old_ids))
         for j = 1, #old do
           local expiry = expiries[j]
-          if expiry and tonumber(expiry) > now then out[o + old[j]] = 1 end
+          if expiry and tonumber(expiry) > now then out[old[j]] = 1 end
         end
-      end
-      for k = 1, n do
-        if out[o + k] == 1 then out[o + k] = call('HGET', ARGV[a + 3 * k - 1], ids[k]) or '' end
       end
     end
     o = o + n
-    a = a + 3 * n
+    a = a + 2 * n
   end
 end
 return out
