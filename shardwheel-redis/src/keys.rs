@@ -2,16 +2,16 @@
 //!
 //! A queue `q` with `S` shards keeps, for each shard `s`, keys that all carry the hash tag
 //! `{q:s}`, so that a shard's keys sit in one Redis Cluster slot and each Lua script touches
-//! one slot only; shards spread over the cluster's nodes. A job's id is hashed once (the
-//! function below, mirrored in `lua/bucket.lua` and checked against it by the script tests):
+//! one slot only; shards spread over the cluster's nodes. A job's id is hashed once, by the
+//! client (the function below; no script hashes an id, each is given the payload hash):
 //! `h mod S` picks the shard, `(h / S) mod B` one of the shard's `B` payload hashes. Spreading
 //! the payloads over many small hashes keeps each one in Redis's compact listpack encoding
 //! (up to `hash-max-listpack-entries` fields, 512 by default, and values of up to
 //! `hash-max-listpack-value` bytes, 64), which is what holds a pending job near 110 bytes of
 //! server memory rather than 180 for one big hash per shard.
 
-/// The id hash shared with the Lua scripts: `h * 31 + byte` modulo 2^32 over the id's
-/// bytes, then `h ^ (h >> 15)` so that the low bits (the shard) depend on every byte.
+/// The id hash: `h * 31 + byte` modulo 2^32 over the id's bytes, then `h ^ (h >> 15)` so
+/// that the low bits (the shard) depend on every byte.
 pub(crate) fn hash(id: &[u8]) -> u32 {
     let mut h: u32 = 0;
     for &byte in id {
@@ -25,11 +25,33 @@ pub(crate) fn shard_of(id: &[u8], shards: u32) -> u32 {
     hash(id) % shards
 }
 
-/// The payload hash of an id (its number under the shard's prefix), as `lua/bucket.lua`
-/// computes it.
+/// The payload hash of an id (its number under the shard's prefix): the one definition, by
+/// which the client names a job's payload hash to every script.
 pub(crate) fn bucket_of(id: &[u8], shards: u32, buckets: u32) -> u32 {
     (hash(id) / shards) % buckets
 }
+
+/// The whole key of a payload hash (`{q:s}:j:<bucket>`), printed straight into a script's
+/// argument (no `String` made of it).
+pub(crate) struct PayloadKey<'a> {
+    prefix: &'a str,
+    bucket: u32,
+}
+
+impl std::fmt::Display for PayloadKey<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}{}", self.prefix, self.bucket)
+    }
+}
+
+impl redis::ToRedisArgs for PayloadKey<'_> {
+    fn write_redis_args<W: ?Sized + redis::RedisWrite>(&self, out: &mut W) {
+        out.write_arg_fmt(self);
+    }
+}
+
+/// One argument: a key of a command (`HGET`).
+impl redis::ToSingleRedisArg for PayloadKey<'_> {}
 
 /// The key names of one shard, in the order the scripts take them as `KEYS`.
 #[derive(Clone, Debug)]
@@ -64,25 +86,25 @@ impl ShardKeys {
         }
     }
 
-    /// An invocation of `script` with what the scripts that settle or change jobs take
-    /// first: `KEYS` due, lease, tok, dead, att and `ARGV` the payload prefix, the shard
-    /// count and the bucket count (`claim` takes `seq` among its keys, and builds its own).
-    pub(crate) fn invoke<'s>(
-        &self,
-        script: &'s redis::Script,
-        shards: u32,
-        buckets: u32,
-    ) -> redis::ScriptInvocation<'s> {
+    /// The key of payload hash `bucket` of this shard (see [`bucket_of`]).
+    pub(crate) fn payload(&self, bucket: u32) -> PayloadKey<'_> {
+        PayloadKey {
+            prefix: &self.payload_prefix,
+            bucket,
+        }
+    }
+
+    /// An invocation of `script` with the `KEYS` the scripts that settle or change jobs
+    /// take: due, lease, tok, dead, att (`claim` takes `seq` among its keys, and builds its
+    /// own).
+    pub(crate) fn invoke<'s>(&self, script: &'s redis::Script) -> redis::ScriptInvocation<'s> {
         let mut invocation = script.prepare_invoke();
         invocation
             .key(&self.due)
             .key(&self.lease)
             .key(&self.tok)
             .key(&self.dead)
-            .key(&self.att)
-            .arg(&self.payload_prefix)
-            .arg(shards)
-            .arg(buckets);
+            .key(&self.att);
         invocation
     }
 }
@@ -123,5 +145,6 @@ mod tests {
             assert!(key.starts_with("{mail:3}:"), "{key}");
         }
         assert_eq!(keys.payload_prefix, "{mail:3}:j:");
+        assert_eq!(keys.payload(12).to_string(), "{mail:3}:j:12");
     }
 }

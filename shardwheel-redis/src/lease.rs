@@ -67,9 +67,7 @@ pub(crate) async fn extend(
     token: u64,
     lease: Duration,
 ) -> Result<bool, redis::RedisError> {
-    let mut invocation = queue
-        .keys(shard)
-        .invoke(&SCRIPTS.extend, queue.shards(), queue.buckets());
+    let mut invocation = queue.keys(shard).invoke(&SCRIPTS.extend);
     invocation.arg(id).arg(token).arg(ms(lease));
     let extended: i64 = invocation.invoke_async(&mut queue.conn()).await?;
     Ok(extended == 1)

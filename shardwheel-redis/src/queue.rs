@@ -276,10 +276,13 @@ impl Queue {
         Ok(stored)
     }
 
+    /// An invocation of `script` (cancel, reschedule, status) for job `id`: its shard's keys,
+    /// then the payload hash that holds it and the id.
     fn invoke_one<'s>(&self, script: &'s redis::Script, id: &str) -> redis::ScriptInvocation<'s> {
         let keys = self.keys(self.shard(id));
-        let mut invocation = keys.invoke(script, self.inner.shards, self.inner.buckets);
-        invocation.arg(id);
+        let bucket = bucket_of(id.as_bytes(), self.inner.shards, self.inner.buckets);
+        let mut invocation = keys.invoke(script);
+        invocation.arg(keys.payload(bucket)).arg(id);
         invocation
     }
 

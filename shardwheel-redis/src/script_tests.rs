@@ -26,8 +26,8 @@ async fn queue(server: &support::Server, name: &str) -> Queue {
 }
 
 /// Runs claim.lua on `shard` with a lead as long as its window (whatever the backlog, the
-/// jobs due within `window_ms` are claimed): (server now, [(id, due, token, attempt,
-/// payload)], reaped).
+/// jobs due within `window_ms` are claimed): (server now, [(id, due, token, attempt)],
+/// reaped).
 async fn claim(
     queue: &Queue,
     shard: u32,
@@ -75,8 +75,12 @@ async fn settle(
     triples: &[(&str, u64, &str)],
 ) -> Vec<i64> {
     let keys = queue.keys(shard);
-    let mut invocation = keys.invoke(&SCRIPTS.settle, queue.shards(), queue.buckets());
-    invocation.arg(max_attempts).arg(1000).arg(60_000);
+    let mut invocation = keys.invoke(&SCRIPTS.settle);
+    invocation
+        .arg(&keys.payload_prefix)
+        .arg(max_attempts)
+        .arg(1000)
+        .arg(60_000);
     for (id, token, action) in triples {
         let bucket = bucket_of(id.as_bytes(), queue.shards(), queue.buckets());
         invocation.arg(*id).arg(*token).arg(*action).arg(bucket);
@@ -106,7 +110,7 @@ async fn schedule_stores_once_in_the_bucket_rust_computes_and_due_by_server_time
     let after = support::server_ms(&mut conn);
     for id in &ids {
         // The payload is where Rust's hash says (the client names the hash to schedule),
-        // and bucket.lua, which the other scripts use, finds it there (status).
+        // and status, to which the client names the same hash, finds it there.
         let found = queue.status(id).await.unwrap().map(|(_, payload)| payload);
         assert_eq!(found.as_deref(), Some(id.as_bytes()), "status of {id}");
         let h = hash(id.as_bytes());
@@ -182,6 +186,50 @@ async fn schedule_stores_once_in_the_bucket_rust_computes_and_due_by_server_time
 }
 
 #[tokio::test]
+async fn reschedule_status_and_cancel_find_the_payload_in_the_hash_the_client_names() {
+    let server = support::Server::start();
+    let queue = queue(&server, "n").await;
+    let mut conn = server.sync_conn();
+    // Ids over every shard and many of each shard's 8 payload hashes.
+    let ids: Vec<String> = (0..64).map(|i| format!("n-{i}")).collect();
+    let hashes: std::collections::HashSet<u32> =
+        ids.iter().map(|id| hash(id.as_bytes()) % 32).collect();
+    assert!(hashes.len() > 16, "{hashes:?}");
+    let jobs = ids.iter().map(|id| {
+        (
+            id.as_str(),
+            When::After(Duration::from_secs(60)),
+            &b"old"[..],
+        )
+    });
+    support::schedule_new(&queue, jobs).await;
+    let held = |conn: &mut redis::Connection, id: &str| -> Option<String> {
+        let h = hash(id.as_bytes());
+        let keys = ShardKeys::new("n", h % 4);
+        redis::cmd("HGET")
+            .arg(format!("{}{}", keys.payload_prefix, (h / 4) % 8))
+            .arg(id)
+            .query(conn)
+            .unwrap()
+    };
+    for id in &ids {
+        let found = queue
+            .reschedule(id, Duration::from_secs(30), Some(b"new"))
+            .await;
+        assert_eq!(found.unwrap(), Rescheduled::Pending, "{id}");
+        assert_eq!(held(&mut conn, id).as_deref(), Some("new"), "{id}");
+        let (state, payload) = queue.status(id).await.unwrap().unwrap();
+        assert_eq!(payload, b"new", "{id}");
+        assert!(matches!(state, JobState::Pending { .. }), "{id}: {state:?}");
+        assert_eq!(queue.cancel(id).await.unwrap(), Cancelled::Pending, "{id}");
+        assert_eq!(held(&mut conn, id), None, "{id}");
+        assert_eq!(queue.status(id).await.unwrap(), None, "{id}");
+    }
+    let counts = queue.counts().await.unwrap();
+    assert_eq!((counts.pending, counts.claimed, counts.dead), (0, 0, 0));
+}
+
+#[tokio::test]
 async fn claim_takes_a_bounded_batch_within_the_window_with_fresh_tokens() {
     let server = support::Server::start();
     let queue = queue(&server, "c").await;
@@ -204,16 +252,16 @@ async fn claim_takes_a_bounded_batch_within_the_window_with_fresh_tokens() {
             assert_eq!(reaped, 0);
             assert!(jobs.len() <= 7, "a claim took {} > 7", jobs.len());
             // The jobs of a claim share its token, which no other claim of the shard had.
-            if let Some(&(_, _, token, _, _)) = jobs.first() {
+            if let Some(&(_, _, token, _)) = jobs.first() {
                 assert!(jobs.iter().all(|job| job.2 == token), "{jobs:?}");
                 assert!(tokens.insert((shard, token)), "token {token} reused");
             }
-            for (id, due, _, attempt, payload) in &jobs {
+            for (id, due, _, attempt) in &jobs {
                 assert!(
                     *due <= now + 1000,
                     "{id} due {due} beyond the window at {now}"
                 );
-                assert_eq!((*attempt, payload.as_slice()), (1, &b"p"[..]));
+                assert_eq!(*attempt, 1);
                 assert_eq!(shard_of(id.as_bytes(), 4), shard);
                 claimed.push(id.clone());
             }
@@ -231,6 +279,37 @@ async fn claim_takes_a_bounded_batch_within_the_window_with_fresh_tokens() {
         queue.status("0").await.unwrap().unwrap().0,
         JobState::Claimed { attempt: 1, .. }
     ));
+}
+
+#[tokio::test]
+async fn a_claimed_job_s_payload_is_read_from_the_hash_the_client_names() {
+    let server = support::Server::start();
+    let queue = queue(&server, "p").await;
+    // Ids over every shard and many of each shard's payload hashes, each its own payload.
+    let ids: Vec<String> = (0..64).map(|i| format!("p-{i}")).collect();
+    let jobs = ids
+        .iter()
+        .map(|id| (id.as_str(), When::After(Duration::ZERO), id.as_bytes()));
+    support::schedule_new(&queue, jobs).await;
+    let mut read = 0;
+    for s in 0..queue.shards() {
+        // The claim reply names the jobs without payloads (three fields a job: a reply
+        // with a payload as its fourth would not parse as `ClaimedRow`s).
+        let (_, jobs, _) = claim(&queue, s, 0, 30_000, 100, 5).await;
+        assert!(!jobs.is_empty(), "shard {s}");
+        // A job cancelled after its claim has no payload left to read.
+        let gone = &jobs[0].0;
+        assert_eq!(queue.cancel(gone).await.unwrap(), Cancelled::Started);
+        let payloads = crate::claim::payloads(&queue, &mut queue.conn(), s, &jobs)
+            .await
+            .unwrap();
+        for ((id, ..), payload) in jobs.iter().zip(payloads) {
+            let expected = (id != gone).then(|| id.as_bytes().to_vec());
+            assert_eq!(payload, expected, "{id}");
+            read += 1;
+        }
+    }
+    assert_eq!(read, ids.len());
 }
 
 #[tokio::test]
@@ -394,7 +473,7 @@ async fn settle_is_fenced_by_the_token_and_retries_then_dead_letters() {
         .as_millis() as i64;
     assert!(due_ms >= now, "backoff due {due_ms} not after {now}");
     let (_, jobs, _) = claim(&queue, sb, 5_000, 30_000, 10, 2).await;
-    let (_, _, token_b2, attempt, _) = jobs.into_iter().find(|j| j.0 == "b").unwrap();
+    let (_, _, token_b2, attempt) = jobs.into_iter().find(|j| j.0 == "b").unwrap();
     assert_eq!(attempt, 2);
     assert_eq!(
         settle(&queue, sb, 2, &[("b", token_b, "f")]).await,
@@ -425,7 +504,7 @@ async fn release_gives_back_unrun_without_counting_the_attempt() {
         .unwrap();
     let s = shard(&queue, "j");
     let (_, jobs, _) = claim(&queue, s, 5_000, 30_000, 10, 5).await;
-    let (_, due, token, _, _) = jobs[0].clone();
+    let (_, due, token, _) = jobs[0].clone();
     assert_eq!(settle(&queue, s, 5, &[("j", token, "r")]).await, vec![1]);
     let JobState::Pending {
         due: back,
@@ -454,7 +533,7 @@ async fn an_expired_lease_is_reaped_back_to_due_then_dead_after_its_attempts() {
     tokio::time::sleep(Duration::from_millis(20)).await;
     let (_, jobs, reaped) = claim(&queue, s, 0, 1, 10, 2).await;
     assert_eq!(reaped, 1);
-    let (_, _, token, attempt, _) = jobs[0].clone();
+    let (_, _, token, attempt) = jobs[0].clone();
     assert_eq!(attempt, 2);
     assert!(token > old);
     // The zombie's ack is refused.

@@ -1,10 +1,10 @@
 //! The Lua scripts, one file per atomic step under `src/lua/`, loaded once per process.
 //!
 //! Each file's header lists its `KEYS` and `ARGV`, its atomic contract and the bound on its
-//! work. `lua/bucket.lua` (the id hash that finds a payload hash) is prepended to each
-//! script that needs it (`schedule` and `settle` are given each job's payload hash by the
-//! client instead), and `lua/revoke.lua` (how a cancel or a reschedule revokes a claim and
-//! tells whether its start may have passed) to `cancel` and `reschedule`. `start` is read
+//! work. No script hashes an id: the client names each job's payload hash (`keys::bucket_of`,
+//! the one definition of that hash), so the server's single thread spends nothing on it.
+//! `lua/revoke.lua` (how a cancel or a reschedule revokes a claim and tells whether its
+//! start may have passed) is prepended to `cancel` and `reschedule`. `start` is read
 //! only (`#!lua flags=no-writes`, Redis 7): it is neither written to the AOF nor replicated.
 //! `redis::Script` sends `EVALSHA` and loads the script on a `NOSCRIPT` reply, so a
 //! restarted server or a new cluster node is served transparently.
@@ -14,7 +14,6 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-const BUCKET: &str = include_str!("lua/bucket.lua");
 const REVOKE: &str = include_str!("lua/revoke.lua");
 
 /// The loaded scripts.
@@ -37,11 +36,11 @@ fn with(prelude: &[&str], source: &str) -> Script {
 /// The scripts of this process (hashed once).
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     schedule: Script::new(include_str!("lua/schedule.lua")),
-    claim: with(&[BUCKET], include_str!("lua/claim.lua")),
+    claim: Script::new(include_str!("lua/claim.lua")),
     settle: Script::new(include_str!("lua/settle.lua")),
-    cancel: with(&[BUCKET, REVOKE], include_str!("lua/cancel.lua")),
-    reschedule: with(&[BUCKET, REVOKE], include_str!("lua/reschedule.lua")),
-    status: with(&[BUCKET], include_str!("lua/status.lua")),
+    cancel: with(&[REVOKE], include_str!("lua/cancel.lua")),
+    reschedule: with(&[REVOKE], include_str!("lua/reschedule.lua")),
+    status: Script::new(include_str!("lua/status.lua")),
     extend: Script::new(include_str!("lua/extend.lua")),
     start: Script::new(include_str!("lua/start.lua")),
 });

@@ -99,8 +99,9 @@ pub(crate) async fn settle_loop(
             let keys = queue.keys(shard as u32);
             let mut conn = queue.conn();
             for chunk in batch.chunks(BATCH) {
-                let mut invocation = keys.invoke(&SCRIPTS.settle, queue.shards(), queue.buckets());
+                let mut invocation = keys.invoke(&SCRIPTS.settle);
                 invocation
+                    .arg(&keys.payload_prefix)
                     .arg(config.max_attempts)
                     .arg(ms(config.backoff))
                     .arg(ms(config.backoff_cap));

@@ -2,7 +2,8 @@
 --
 -- KEYS[1] due zset   KEYS[2] lease zset   KEYS[3] tok hash   KEYS[4] dead zset
 -- KEYS[5] att hash
--- ARGV[1] payload hash prefix   ARGV[2] shards   ARGV[3] buckets   ARGV[4] id
+-- ARGV[1] the payload hash that holds the job (the whole key, in the shard's hash slot:
+-- `keys::bucket_of`)   ARGV[2] id
 --
 -- Contract: the job's payload and every trace of it are deleted. Returns 1 if it was
 -- pending, 3 if it was in the dead set, 0 if the id is unknown. A claimed job's record
@@ -12,12 +13,9 @@
 -- start passed: it never runs), 4 if it has come (its run may have started: such a run goes
 -- on, its ack is refused, no other follows; a start check not yet made is refused).
 -- Bound: O(log N).
--- bucket(prefix, id, shards, buckets) is prepended from bucket.lua when loaded (scripts.rs).
--- revoke(tok, id) is prepended from revoke.lua.
-local id = ARGV[4]
-if redis.call('HDEL', bucket(ARGV[1], id, tonumber(ARGV[2]), tonumber(ARGV[3])), id) == 0 then
-  return 0
-end
+-- revoke(tok, id) is prepended from revoke.lua when loaded (scripts.rs).
+local id = ARGV[2]
+if redis.call('HDEL', ARGV[1], id) == 0 then return 0 end
 redis.call('HDEL', KEYS[5], id)
 if redis.call('ZREM', KEYS[1], id) == 1 then return 1 end
 if redis.call('ZREM', KEYS[2], id) == 1 then return revoke(KEYS[3], id) end

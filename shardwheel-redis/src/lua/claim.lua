@@ -3,16 +3,15 @@
 -- KEYS[1] due zset   KEYS[2] lease zset (id -> lease expiry ms)   KEYS[3] tok hash
 -- (id -> "token:due:attempt" while claimed)   KEYS[4] dead zset   KEYS[5] token counter
 -- KEYS[6] att hash (id -> attempts so far, for jobs that have been tried and not acked)
--- ARGV[1] payload hash prefix   ARGV[2] shards   ARGV[3] buckets   ARGV[4] window ms
--- ARGV[5] lease ms (after the due time)   ARGV[6] most jobs to claim
--- ARGV[7] most expired leases to reap     ARGV[8] attempts before the dead-letter set
--- ARGV[9] lead ms   ARGV[10] lead µs per job of the shard's backlog (see (2) below)
+-- ARGV[1] window ms   ARGV[2] lease ms (after the due time)   ARGV[3] most jobs to claim
+-- ARGV[4] most expired leases to reap     ARGV[5] attempts before the dead-letter set
+-- ARGV[6] lead ms   ARGV[7] lead µs per job of the shard's backlog (see (2) below)
 --
--- Contract: with now = the server's TIME, (1) up to ARGV[7] leases expired at now are
+-- Contract: with now = the server's TIME, (1) up to ARGV[4] leases expired at now are
 -- taken back: the job returns to due at now, or goes to the dead set if it has used its
--- ARGV[8] attempts; (2) up to ARGV[6] jobs due at or before now + ahead, earliest first,
+-- ARGV[5] attempts; (2) up to ARGV[3] jobs due at or before now + ahead, earliest first,
 -- leave the due set for the lease set as one batch, where ahead = min(window, lead +
--- backlog * ARGV[10] / 1000) and backlog = the jobs due at or before now + window still in
+-- backlog * ARGV[7] / 1000) and backlog = the jobs due at or before now + window still in
 -- the due set: a job is claimed about `lead` before its due time, earlier only when the
 -- shard holds more jobs due within the window than the claims could take in `lead` (a burst
 -- due in one second is claimed ahead, spread over the time its claims need). Claiming no
@@ -22,24 +21,25 @@
 -- the batch = max(latest due in it, now) + lease ms, attempt count + 1 per job. A job is
 -- in exactly one of due, lease, dead at any time, and only the holder of its current token
 -- can start (start.lua), ack, fail or release it. The claim's record is written here only:
--- start.lua reads it, and cancel.lua or reschedule.lua remove it.
--- Returns {now, token, {id, due, attempt, payload, ...}, reaped count, TIME seconds, TIME
+-- start.lua reads it, and cancel.lua or reschedule.lua remove it. No payload is read here:
+-- the worker reads its claimed jobs' payloads with plain HGETs from the hashes it computes
+-- (`claim::payloads`), so no id is hashed on the server.
+-- Returns {now, token, {id, due, attempt, ...}, reaped count, TIME seconds, TIME
 -- microseconds} (token 0 if no job was claimed; the last two let the worker bound the
 -- server's clock to the microsecond).
 -- Bound: O((reap + claim) log N), both capped by the arguments (the client allows at most
--- 3000 claims, so the variadic calls stay within Lua's stack); about one redis call per
--- claimed job (its payload) plus a few per batch. The due times stay the text that
--- ZRANGEBYSCORE gave (no number made of them and printed again), and the token and the
--- expiry are printed once per batch with '%d' (Redis 7.0 prints a Lua number argument with
--- '%.17g', several times the cost): 20 % fewer server instructions per claimed job than one
--- token, expiry and '%d' record per job (callgrind, 32k jobs over 16 shards).
--- bucket(prefix, id, shards, buckets) is prepended from bucket.lua when loaded (scripts.rs).
+-- 3000 claims, so the variadic calls stay within Lua's stack); a few redis calls per batch,
+-- and one per claimed job (its attempts) only while the shard has jobs tried and not
+-- acked. The due times stay the text that ZRANGEBYSCORE gave (no number made of them and
+-- printed again), and the token and the expiry are printed once per batch with '%d' (Redis
+-- 7.0 prints a Lua number argument with '%.17g', several times the cost): 20 % fewer server
+-- instructions per claimed job than one token, expiry and '%d' record per job (callgrind,
+-- 32k jobs over 16 shards).
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local prefix, shards, buckets = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local window, lease = tonumber(ARGV[4]), tonumber(ARGV[5])
-local max_claim, max_reap, max_attempts = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
-local lead, lead_per_job = tonumber(ARGV[9]), tonumber(ARGV[10])
+local window, lease = tonumber(ARGV[1]), tonumber(ARGV[2])
+local max_claim, max_reap, max_attempts = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local lead, lead_per_job = tonumber(ARGV[6]), tonumber(ARGV[7])
 
 local expired = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, max_reap)
 for _, id in ipairs(expired) do
@@ -85,8 +85,7 @@ if #due > 0 then
     out[k + 1] = id
     out[k + 2] = at
     out[k + 3] = attempt
-    out[k + 4] = redis.call('HGET', bucket(prefix, id, shards, buckets), id) or ''
-    k = k + 4
+    k = k + 3
   end
   -- Variadic writes: one call each for the batch (at most 2 * 3000 arguments).
   redis.call('ZADD', KEYS[2], unpack(leases))

@@ -2,21 +2,20 @@
 --
 -- KEYS[1] due zset   KEYS[2] lease zset   KEYS[3] tok hash   KEYS[4] dead zset
 -- KEYS[5] att hash
--- ARGV[1] payload hash prefix   ARGV[2] shards   ARGV[3] buckets   ARGV[4] id
--- ARGV[5] token   ARGV[6] lease ms
+-- ARGV[1] id   ARGV[2] token   ARGV[3] lease ms
 --
--- Contract: if the job's current token (tok hash) is ARGV[5], i.e. the caller's lease is
--- still the live one, its lease expiry becomes max(expiry, now + ARGV[6]) by the server's
+-- Contract: if the job's current token (tok hash) is ARGV[2], i.e. the caller's lease is
+-- still the live one, its lease expiry becomes max(expiry, now + ARGV[3]) by the server's
 -- TIME and the result is 1; otherwise (reaped, cancelled, rescheduled, settled) nothing
 -- changes and the result is 0. It never revives a lease that was taken back.
 -- Bound: O(log N), four redis calls.
-local id = ARGV[4]
+local id = ARGV[1]
 local rec = redis.call('HGET', KEYS[3], id)
-if not rec or string.match(rec, '^(%d+):') ~= ARGV[5] then return 0 end
+if not rec or string.match(rec, '^(%d+):') ~= ARGV[2] then return 0 end
 local expiry = redis.call('ZSCORE', KEYS[2], id)
 if not expiry then return 0 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local until_ms = math.max(tonumber(expiry), now + tonumber(ARGV[6]))
+local until_ms = math.max(tonumber(expiry), now + tonumber(ARGV[3]))
 redis.call('ZADD', KEYS[2], 'XX', string.format('%d', until_ms), id)
 return 1

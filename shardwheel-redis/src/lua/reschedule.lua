@@ -2,9 +2,10 @@
 --
 -- KEYS[1] due zset   KEYS[2] lease zset   KEYS[3] tok hash   KEYS[4] dead zset
 -- KEYS[5] att hash
--- ARGV[1] payload hash prefix   ARGV[2] shards   ARGV[3] buckets   ARGV[4] id
--- ARGV[5] 'd' (ARGV[6] is a delay in ms from the server's TIME) or 'a' (Unix ms)
--- ARGV[6] the delay or due time   ARGV[7] new payload, or absent to keep it
+-- ARGV[1] the payload hash that holds the job (the whole key, in the shard's hash slot:
+-- `keys::bucket_of`)   ARGV[2] id
+-- ARGV[3] 'd' (ARGV[4] is a delay in ms from the server's TIME) or 'a' (Unix ms)
+-- ARGV[4] the delay or due time   ARGV[5] new payload, or absent to keep it
 --
 -- Contract: if the id is unknown, returns 0 and changes nothing. Otherwise the job enters
 -- the due set at the new time with its attempts reset, and the result says where it was:
@@ -14,14 +15,12 @@
 -- start passed: the job runs only at its new time), 4 if it had come (a run may have
 -- started: it goes on, its ack is refused; the job runs again at its new time).
 -- Bound: O(log N).
--- bucket(prefix, id, shards, buckets) is prepended from bucket.lua and revoke(tok, id)
--- from revoke.lua when loaded (scripts.rs).
-local id = ARGV[4]
-local hash = bucket(ARGV[1], id, tonumber(ARGV[2]), tonumber(ARGV[3]))
+-- revoke(tok, id) is prepended from revoke.lua when loaded (scripts.rs).
+local hash, id = ARGV[1], ARGV[2]
 if redis.call('HEXISTS', hash, id) == 0 then return 0 end
-if ARGV[7] then redis.call('HSET', hash, id, ARGV[7]) end
-local when = tonumber(ARGV[6])
-if ARGV[5] == 'd' then
+if ARGV[5] then redis.call('HSET', hash, id, ARGV[5]) end
+local when = tonumber(ARGV[4])
+if ARGV[3] == 'd' then
   local t = redis.call('TIME')
   when = when + tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end

@@ -6,8 +6,7 @@
 --          'a': they are absolute due times in Unix ms
 -- ARGV[3]  the queue's wake-up channel   ARGV[4] hint horizon ms
 -- ARGV[5..] quadruples: id, delay or due ms, the id's payload hash (its number under the
---          prefix, from `keys::bucket_of`, the hash that bucket.lua computes for the other
---          scripts), payload
+--          prefix, from `keys::bucket_of`: the server never hashes an id), payload
 --
 -- Contract: for each job, if its id already has a payload (pending, claimed or dead), nothing
 -- changes; otherwise the payload is stored and the id enters the due set at its due time.

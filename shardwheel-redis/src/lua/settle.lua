@@ -2,11 +2,9 @@
 --
 -- KEYS[1] due zset   KEYS[2] lease zset   KEYS[3] tok hash   KEYS[4] dead zset
 -- KEYS[5] att hash
--- ARGV[1] payload hash prefix   ARGV[2] shards   ARGV[3] buckets (ARGV[2] and ARGV[3] are
--- not used here: each job comes with its payload hash)
--- ARGV[4] attempts before the dead-letter set   ARGV[5] backoff base ms
--- ARGV[6] backoff cap ms
--- ARGV[7..] quadruples: id, token, action ('a' ack, 'f' failed, 'r' release unrun, 'd'
+-- ARGV[1] payload hash prefix   ARGV[2] attempts before the dead-letter set
+-- ARGV[3] backoff base ms   ARGV[4] backoff cap ms
+-- ARGV[5..] quadruples: id, token, action ('a' ack, 'f' failed, 'r' release unrun, 'd'
 -- dead-letter now: an entry the worker cannot hand to a handler), the
 -- id's payload hash (its number under the prefix, from `keys::bucket_of`)
 --
@@ -23,16 +21,16 @@
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local prefix = ARGV[1]
-local max_attempts, base, cap = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local max_attempts, base, cap = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local ids = {}
-for i = 7, #ARGV, 4 do ids[#ids + 1] = ARGV[i] end
+for i = 5, #ARGV, 4 do ids[#ids + 1] = ARGV[i] end
 local out = {}
 if #ids == 0 then return out end
 local recs = redis.call('HMGET', KEYS[3], unpack(ids))
 local has_att = redis.call('EXISTS', KEYS[5]) == 1
 local settled, seen = {}, {}
 for k = 1, #ids do
-  local i = 7 + (k - 1) * 4
+  local i = 5 + (k - 1) * 4
   local id, token, action = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local rec = recs[k]
   local result = 0

@@ -3,7 +3,7 @@
 -- several.
 --
 -- KEYS pairs, one per shard of the call: the shard's tok hash, its lease zset
--- ARGV[1] lease ms the jobs were claimed with (claim.lua's ARGV[5])
+-- ARGV[1] lease ms the jobs were claimed with (claim.lua's ARGV[2])
 -- ARGV[2] the earliest and ARGV[3] the latest due time (Unix ms) among the jobs below
 -- ARGV[4..] for each shard in KEYS' order: its job count n, then n pairs: id, the claim's
 -- record of it ("token:due:attempt", as claim.lua wrote it and returned its parts)

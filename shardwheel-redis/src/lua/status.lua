@@ -2,14 +2,14 @@
 --
 -- KEYS[1] due zset   KEYS[2] lease zset   KEYS[3] tok hash   KEYS[4] dead zset
 -- KEYS[5] att hash
--- ARGV[1] payload hash prefix   ARGV[2] shards   ARGV[3] buckets   ARGV[4] id
+-- ARGV[1] the payload hash that holds the job (the whole key, in the shard's hash slot:
+-- `keys::bucket_of`)   ARGV[2] id
 --
 -- Contract: returns {state, time ms, attempts, payload} with state 1 pending (time: due),
 -- 2 claimed (time: lease expiry), 3 dead (time: when it died), or {0} if unknown.
 -- Bound: O(1) calls, O(log N) each.
--- bucket(prefix, id, shards, buckets) is prepended from bucket.lua when loaded (scripts.rs).
-local id = ARGV[4]
-local payload = redis.call('HGET', bucket(ARGV[1], id, tonumber(ARGV[2]), tonumber(ARGV[3])), id)
+local id = ARGV[2]
+local payload = redis.call('HGET', ARGV[1], id)
 if not payload then return {0} end
 local attempts = tonumber(redis.call('HGET', KEYS[5], id) or '0')
 local score = redis.call('ZSCORE', KEYS[1], id)
