@@ -6,7 +6,7 @@ use std::time::Duration;
 use redis::Value;
 
 use crate::job::{Cancelled, JobState, Rescheduled, When};
-use crate::keys::{ShardKeys, bucket_of, hash, shard_of};
+use crate::keys::{bucket_of, shard_of};
 use crate::queue::Queue;
 use crate::scripts::SCRIPTS;
 
@@ -15,6 +15,7 @@ mod support;
 
 mod fenced_start;
 mod layout;
+mod payloads;
 
 async fn queue(server: &support::Server, name: &str) -> Queue {
     Queue::builder(name)
@@ -93,143 +94,6 @@ fn shard(queue: &Queue, id: &str) -> u32 {
 }
 
 #[tokio::test]
-async fn schedule_stores_once_in_the_bucket_rust_computes_and_due_by_server_time() {
-    let server = support::Server::start();
-    let queue = queue(&server, "s").await;
-    let mut conn = server.sync_conn();
-    let before = support::server_ms(&mut conn);
-    let ids: Vec<String> = (0..200).map(|i| format!("job-{i}")).collect();
-    let jobs = ids.iter().map(|id| {
-        (
-            id.as_str(),
-            When::After(Duration::from_secs(10)),
-            id.as_bytes(),
-        )
-    });
-    support::schedule_new(&queue, jobs).await;
-    let after = support::server_ms(&mut conn);
-    for id in &ids {
-        // The payload is where Rust's hash says (the client names the hash to schedule),
-        // and status, to which the client names the same hash, finds it there.
-        let found = queue.status(id).await.unwrap().map(|(_, payload)| payload);
-        assert_eq!(found.as_deref(), Some(id.as_bytes()), "status of {id}");
-        let h = hash(id.as_bytes());
-        let keys = ShardKeys::new("s", h % 4);
-        let bucket = format!("{}{}", keys.payload_prefix, (h / 4) % 8);
-        let payload: Option<String> = redis::cmd("HGET")
-            .arg(&bucket)
-            .arg(id)
-            .query(&mut conn)
-            .unwrap();
-        assert_eq!(
-            payload.as_deref(),
-            Some(id.as_str()),
-            "{id} not in {bucket}"
-        );
-        let due: f64 = redis::cmd("ZSCORE")
-            .arg(&keys.due)
-            .arg(id)
-            .query(&mut conn)
-            .unwrap();
-        assert!(
-            due as u64 >= before + 10_000 && due as u64 <= after + 10_000,
-            "{id} due {due}"
-        );
-    }
-    // Idempotent on the id: the payload and due time stay as they were.
-    assert!(
-        !queue
-            .schedule("job-7", Duration::ZERO, b"other")
-            .await
-            .unwrap()
-    );
-    let (state, payload) = queue.status("job-7").await.unwrap().unwrap();
-    assert_eq!(payload, b"job-7");
-    assert!(matches!(state, JobState::Pending { attempts: 0, .. }));
-    // A duplicate inside one batch: only the first is stored, even when a later one is due
-    // sooner (the batch is sent sorted by due time).
-    let stored = queue
-        .schedule_many([
-            ("dup", When::After(Duration::from_secs(60)), &b"1"[..]),
-            ("dup", When::After(Duration::ZERO), &b"2"[..]),
-            ("dup", When::After(Duration::from_secs(1)), &b"3"[..]),
-        ])
-        .await
-        .unwrap();
-    assert_eq!(stored, vec![true, false, false]);
-    let (state, payload) = queue.status("dup").await.unwrap().unwrap();
-    assert_eq!(payload, b"1");
-    let JobState::Pending { due, .. } = state else {
-        panic!("dup is {state:?}");
-    };
-    assert!(due > queue.server_time().await.unwrap() + Duration::from_secs(30));
-    // Ids already stored among new ones in the same calls: each answer is that job's own
-    // (the calls go by shard, sorted by due time, here the reverse of the given order, and
-    // the script names the repeated jobs by their position in its call).
-    let ids: Vec<String> = (0..50).map(|i| format!("m-{i}")).collect();
-    for id in [&ids[10], &ids[37]] {
-        assert!(
-            queue
-                .schedule(id, Duration::from_secs(60), b"old")
-                .await
-                .unwrap()
-        );
-    }
-    let jobs = ids.iter().enumerate().map(|(i, id)| {
-        let delay = Duration::from_secs(100 - i as u64);
-        (id.as_str(), When::After(delay), &b"new"[..])
-    });
-    let stored = queue.schedule_many(jobs).await.unwrap();
-    let expected: Vec<bool> = (0..50).map(|i| i != 10 && i != 37).collect();
-    assert_eq!(stored, expected);
-    assert_eq!(queue.status("m-37").await.unwrap().unwrap().1, b"old");
-}
-
-#[tokio::test]
-async fn reschedule_status_and_cancel_find_the_payload_in_the_hash_the_client_names() {
-    let server = support::Server::start();
-    let queue = queue(&server, "n").await;
-    let mut conn = server.sync_conn();
-    // Ids over every shard and many of each shard's 8 payload hashes.
-    let ids: Vec<String> = (0..64).map(|i| format!("n-{i}")).collect();
-    let hashes: std::collections::HashSet<u32> =
-        ids.iter().map(|id| hash(id.as_bytes()) % 32).collect();
-    assert!(hashes.len() > 16, "{hashes:?}");
-    let jobs = ids.iter().map(|id| {
-        (
-            id.as_str(),
-            When::After(Duration::from_secs(60)),
-            &b"old"[..],
-        )
-    });
-    support::schedule_new(&queue, jobs).await;
-    let held = |conn: &mut redis::Connection, id: &str| -> Option<String> {
-        let h = hash(id.as_bytes());
-        let keys = ShardKeys::new("n", h % 4);
-        redis::cmd("HGET")
-            .arg(format!("{}{}", keys.payload_prefix, (h / 4) % 8))
-            .arg(id)
-            .query(conn)
-            .unwrap()
-    };
-    for id in &ids {
-        let found = queue
-            .reschedule(id, Duration::from_secs(30), Some(b"new"))
-            .await;
-        assert_eq!(found.unwrap(), Rescheduled::Pending, "{id}");
-        assert_eq!(held(&mut conn, id).as_deref(), Some("new"), "{id}");
-        let (state, payload) = queue.status(id).await.unwrap().unwrap();
-        assert_eq!(payload, b"new", "{id}");
-        assert!(matches!(state, JobState::Pending { .. }), "{id}: {state:?}");
-        assert_eq!(queue.cancel(id).await.unwrap(), Cancelled::Pending, "{id}");
-        assert_eq!(held(&mut conn, id), None, "{id}");
-        assert_eq!(queue.status(id).await.unwrap(), None, "{id}");
-    }
-    let counts = queue.counts().await.unwrap();
-    assert_eq!((counts.pending, counts.claimed, counts.dead), (0, 0, 0));
-}
-
-#[tokio::test]
 async fn claim_takes_a_bounded_batch_within_the_window_with_fresh_tokens() {
     let server = support::Server::start();
     let queue = queue(&server, "c").await;
@@ -279,37 +143,6 @@ async fn claim_takes_a_bounded_batch_within_the_window_with_fresh_tokens() {
         queue.status("0").await.unwrap().unwrap().0,
         JobState::Claimed { attempt: 1, .. }
     ));
-}
-
-#[tokio::test]
-async fn a_claimed_job_s_payload_is_read_from_the_hash_the_client_names() {
-    let server = support::Server::start();
-    let queue = queue(&server, "p").await;
-    // Ids over every shard and many of each shard's payload hashes, each its own payload.
-    let ids: Vec<String> = (0..64).map(|i| format!("p-{i}")).collect();
-    let jobs = ids
-        .iter()
-        .map(|id| (id.as_str(), When::After(Duration::ZERO), id.as_bytes()));
-    support::schedule_new(&queue, jobs).await;
-    let mut read = 0;
-    for s in 0..queue.shards() {
-        // The claim reply names the jobs without payloads (three fields a job: a reply
-        // with a payload as its fourth would not parse as `ClaimedRow`s).
-        let (_, jobs, _) = claim(&queue, s, 0, 30_000, 100, 5).await;
-        assert!(!jobs.is_empty(), "shard {s}");
-        // A job cancelled after its claim has no payload left to read.
-        let gone = &jobs[0].0;
-        assert_eq!(queue.cancel(gone).await.unwrap(), Cancelled::Started);
-        let payloads = crate::claim::payloads(&queue, &mut queue.conn(), s, &jobs)
-            .await
-            .unwrap();
-        for ((id, ..), payload) in jobs.iter().zip(payloads) {
-            let expected = (id != gone).then(|| id.as_bytes().to_vec());
-            assert_eq!(payload, expected, "{id}");
-            read += 1;
-        }
-    }
-    assert_eq!(read, ids.len());
 }
 
 #[tokio::test]
