@@ -136,7 +136,7 @@ pub(crate) struct ClaimReply {
     /// Claimed entries no handler can be given (written by another client): id, token and
     /// why.
     pub(crate) bad: Vec<(Vec<u8>, u64, &'static str)>,
-    /// Expired leases taken back.
+    /// Jobs taken back from expired leases.
     pub(crate) reaped: u64,
 }
 
@@ -224,6 +224,7 @@ pub(crate) fn claim_invocation(
         .key(&keys.dead)
         .key(&keys.seq)
         .key(&keys.att)
+        .key(&keys.held)
         .arg(limits.window_ms)
         .arg(limits.lease_ms)
         .arg(limits.room)

@@ -58,9 +58,11 @@ impl redis::ToSingleRedisArg for PayloadKey<'_> {}
 pub(crate) struct ShardKeys {
     /// Sorted set: id -> due time (Unix ms, server clock).
     pub due: String,
-    /// Sorted set: id -> lease expiry (Unix ms, server clock) of a claimed job.
+    /// Sorted set: token -> lease expiry (Unix ms, server clock) of a claimed batch: one
+    /// entry a claim, not a job (`claim.lua`).
     pub lease: String,
-    /// Hash: id -> "token:due:attempt" of a claimed job.
+    /// Hash: id -> "token:due:attempt" of a claimed job; a job is claimed exactly while it
+    /// has a record here.
     pub tok: String,
     /// Sorted set: id -> time it was dead-lettered.
     pub dead: String,
@@ -68,6 +70,9 @@ pub(crate) struct ShardKeys {
     pub seq: String,
     /// Hash: id -> attempts made, for jobs tried and not acknowledged.
     pub att: String,
+    /// Hash: token -> how many jobs of that claimed batch still have their record; the
+    /// batch's ids are the list `<held>:<token>` (`claim.lua`, `lua/held.lua`).
+    pub held: String,
     /// Prefix of the payload hashes (`{q:s}:j:<bucket>`).
     pub payload_prefix: String,
 }
@@ -82,6 +87,7 @@ impl ShardKeys {
             dead: format!("{tag}:dead"),
             seq: format!("{tag}:seq"),
             att: format!("{tag}:att"),
+            held: format!("{tag}:held"),
             payload_prefix: format!("{tag}:j:"),
         }
     }
@@ -95,8 +101,8 @@ impl ShardKeys {
     }
 
     /// An invocation of `script` with the `KEYS` the scripts that settle or change jobs
-    /// take: due, lease, tok, dead, att (`claim` takes `seq` among its keys, and builds its
-    /// own).
+    /// take: due, lease, tok, dead, att, held (`claim` takes `seq` among its keys, and builds
+    /// its own).
     pub(crate) fn invoke<'s>(&self, script: &'s redis::Script) -> redis::ScriptInvocation<'s> {
         let mut invocation = script.prepare_invoke();
         invocation
@@ -104,7 +110,8 @@ impl ShardKeys {
             .key(&self.lease)
             .key(&self.tok)
             .key(&self.dead)
-            .key(&self.att);
+            .key(&self.att)
+            .key(&self.held);
         invocation
     }
 }
@@ -141,6 +148,7 @@ mod tests {
             &keys.dead,
             &keys.seq,
             &keys.att,
+            &keys.held,
         ] {
             assert!(key.starts_with("{mail:3}:"), "{key}");
         }

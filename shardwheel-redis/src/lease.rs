@@ -1,9 +1,10 @@
 //! Lease extension: a handler that runs long keeps its job's lease alive.
 //!
-//! A claim leases a job until `lease` after its due time; a handler still running then
-//! would see its job taken back and run again, and its own ack refused. So while a spawned
-//! handler runs, its job's lease is extended every third of `lease` to `lease` past the
-//! server's `TIME` (`extend.lua`), fenced by the claim's token: an extension is refused
+//! A claim leases its jobs until `lease` after the latest due time among them (one lease a
+//! claim); a handler still running then would see its job taken back and run again, and its
+//! own ack refused. So while a spawned handler runs, its claim's lease is extended every
+//! third of `lease` to `lease` past the server's `TIME` (`extend.lua`: the claim's other
+//! jobs, held by the same worker, keep it too), fenced by the claim's token: an extension is refused
 //! once the lease was taken back, the job cancelled or rescheduled, and the worker then
 //! stops extending and lets the handler finish (its outcome will be refused as well).
 //! Extension stops after `extend_for`, so a handler stuck for good does not hold its job

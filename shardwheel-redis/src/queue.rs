@@ -421,7 +421,7 @@ impl Queue {
             async move {
                 redis::pipe()
                     .zcard(&keys.due)
-                    .zcard(&keys.lease)
+                    .hlen(&keys.tok)
                     .zcard(&keys.dead)
                     .query_async::<(u64, u64, u64)>(&mut conn)
                     .await

@@ -13,6 +13,7 @@ use crate::scripts::SCRIPTS;
 #[path = "../tests/support/mod.rs"]
 mod support;
 
+mod batch_lease;
 mod fenced_start;
 mod layout;
 mod payloads;

@@ -3,8 +3,10 @@
 //! Each file's header lists its `KEYS` and `ARGV`, its atomic contract and the bound on its
 //! work. No script hashes an id: the client names each job's payload hash (`keys::bucket_of`,
 //! the one definition of that hash), so the server's single thread spends nothing on it.
-//! `lua/revoke.lua` (how a cancel or a reschedule revokes a claim and tells whether its
-//! start may have passed) is prepended to `cancel` and `reschedule`. `start` is read
+//! `lua/held.lua` (how a claimed batch's lease, one entry a batch, ends with its last
+//! record) is prepended to `settle`, `cancel` and `reschedule`, and `lua/revoke.lua` (how a
+//! cancel or a reschedule revokes a claim and tells whether its start may have passed) to
+//! the last two. `start` is read
 //! only (`#!lua flags=no-writes`, Redis 7): it is neither written to the AOF nor replicated.
 //! `redis::Script` sends `EVALSHA` and loads the script on a `NOSCRIPT` reply, so a
 //! restarted server or a new cluster node is served transparently.
@@ -14,6 +16,7 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
+const HELD: &str = include_str!("lua/held.lua");
 const REVOKE: &str = include_str!("lua/revoke.lua");
 
 /// The loaded scripts.
@@ -37,9 +40,9 @@ fn with(prelude: &[&str], source: &str) -> Script {
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     schedule: Script::new(include_str!("lua/schedule.lua")),
     claim: Script::new(include_str!("lua/claim.lua")),
-    settle: Script::new(include_str!("lua/settle.lua")),
-    cancel: with(&[REVOKE], include_str!("lua/cancel.lua")),
-    reschedule: with(&[REVOKE], include_str!("lua/reschedule.lua")),
+    settle: with(&[HELD], include_str!("lua/settle.lua")),
+    cancel: with(&[HELD, REVOKE], include_str!("lua/cancel.lua")),
+    reschedule: with(&[HELD, REVOKE], include_str!("lua/reschedule.lua")),
     status: Script::new(include_str!("lua/status.lua")),
     extend: Script::new(include_str!("lua/extend.lua")),
     start: Script::new(include_str!("lua/start.lua")),

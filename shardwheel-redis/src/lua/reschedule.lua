@@ -1,7 +1,7 @@
 -- reschedule.lua: moves one job to a new due time, whatever its state.
 --
--- KEYS[1] due zset   KEYS[2] lease zset   KEYS[3] tok hash   KEYS[4] dead zset
--- KEYS[5] att hash
+-- KEYS[1] due zset   KEYS[2] lease zset (token -> expiry)   KEYS[3] tok hash
+-- KEYS[4] dead zset   KEYS[5] att hash   KEYS[6] held hash (token -> records left)
 -- ARGV[1] the payload hash that holds the job (the whole key, in the shard's hash slot:
 -- `keys::bucket_of`)   ARGV[2] id
 -- ARGV[3] 'd' (ARGV[4] is a delay in ms from the server's TIME) or 'a' (Unix ms)
@@ -15,7 +15,7 @@
 -- start passed: the job runs only at its new time), 4 if it had come (a run may have
 -- started: it goes on, its ack is refused; the job runs again at its new time).
 -- Bound: O(log N).
--- revoke(tok, id) is prepended from revoke.lua when loaded (scripts.rs).
+-- let_go and revoke are prepended from held.lua and revoke.lua when loaded (scripts.rs).
 local hash, id = ARGV[1], ARGV[2]
 if redis.call('HEXISTS', hash, id) == 0 then return 0 end
 if ARGV[5] then redis.call('HSET', hash, id, ARGV[5]) end
@@ -27,9 +27,8 @@ end
 redis.call('HDEL', KEYS[5], id)
 local was = 1
 if redis.call('ZSCORE', KEYS[1], id) == false then
-  if redis.call('ZREM', KEYS[2], id) == 1 then
-    was = revoke(KEYS[3], id)
-  else
+  was = revoke(KEYS[2], KEYS[3], KEYS[6], id)
+  if not was then
     redis.call('ZREM', KEYS[4], id)
     was = 3
   end

@@ -1,15 +1,18 @@
--- revoke(tok, id): removes the claim record of a job just taken out of the lease set, so
--- that start.lua refuses that claim from now on, and says whether a start of it may
--- already have passed: 2 if its due time is still ahead by the server's TIME (start.lua
--- passes only at or after it: none passed), 4 if it has come (one may have).
--- Shared by cancel.lua and reschedule.lua (prepended when loaded, scripts.rs).
-local function revoke(tok, id)
+-- revoke(lease, tok, held, id): if the job has a claim record (it is claimed), removes it,
+-- so that start.lua refuses that claim from now on, lets its batch go by one (held.lua),
+-- and says whether a start of it may already have passed: 2 if its due time is still
+-- ahead by the server's TIME (start.lua passes only at or after it: none passed), 4 if it
+-- has come (one may have). Returns nil, changing nothing, if the job is not claimed.
+-- Shared by cancel.lua and reschedule.lua (prepended after held.lua when loaded,
+-- scripts.rs).
+local function revoke(lease, tok, held, id)
   local rec = redis.call('HGET', tok, id)
-  if not rec then return 2 end
+  if not rec then return nil end
   redis.call('HDEL', tok, id)
-  local at = tonumber(string.match(rec, '^%d+:([^:]*):'))
+  local token, at = string.match(rec, '^(%d+):([^:]*):')
+  let_go(lease, held, token, 1)
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  if at and at > now then return 2 end
+  if tonumber(at) > now then return 2 end
   return 4
 end

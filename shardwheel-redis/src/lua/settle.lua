@@ -1,7 +1,7 @@
 -- settle.lua: acks, fails or releases claimed jobs, each fenced by its token.
 --
--- KEYS[1] due zset   KEYS[2] lease zset   KEYS[3] tok hash   KEYS[4] dead zset
--- KEYS[5] att hash
+-- KEYS[1] due zset   KEYS[2] lease zset (token -> expiry)   KEYS[3] tok hash
+-- KEYS[4] dead zset   KEYS[5] att hash   KEYS[6] held hash (token -> records left)
 -- ARGV[1] payload hash prefix   ARGV[2] attempts before the dead-letter set
 -- ARGV[3] backoff base ms   ARGV[4] backoff cap ms
 -- ARGV[5..] quadruples: id, token, action ('a' ack, 'f' failed, 'r' release unrun, 'd'
@@ -15,9 +15,12 @@
 -- 2^(attempt-1), cap) by the server's TIME, result 1, or to the dead set once it used its
 -- attempts, result 2. release: back to due at its own due time, the attempt not counted,
 -- result 1. dead-letter now: to the dead set, result 2.
+-- Each settled job's record goes; its batch is let go by one (held.lua: one HINCRBY a
+-- batch of the call, not a job, and the batch's lease entry and list go with its last job).
 -- Bound: O(n log N) for n quadruples (the client sends at most 512 a call); an ack costs one
 -- redis call (its payload) plus a few per batch, and no id hashing in Lua; of its record it
 -- reads the token only (no number made of the due time or the attempt).
+-- let_go is prepended from held.lua when loaded (scripts.rs).
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local prefix = ARGV[1]
@@ -28,7 +31,7 @@ local out = {}
 if #ids == 0 then return out end
 local recs = redis.call('HMGET', KEYS[3], unpack(ids))
 local has_att = redis.call('EXISTS', KEYS[5]) == 1
-local settled, seen = {}, {}
+local settled, seen, batches = {}, {}, {}
 for k = 1, #ids do
   local i = 5 + (k - 1) * 4
   local id, token, action = ARGV[i], ARGV[i + 1], ARGV[i + 2]
@@ -37,6 +40,7 @@ for k = 1, #ids do
   if rec and not seen[id] and string.match(rec, '^(%d+):') == token then
     seen[id] = true
     settled[#settled + 1] = id
+    batches[token] = (batches[token] or 0) + 1
     if action == 'a' then
       if has_att then redis.call('HDEL', KEYS[5], id) end
       redis.call('HDEL', prefix .. ARGV[i + 3], id)
@@ -67,9 +71,9 @@ for k = 1, #ids do
   end
   out[#out + 1] = result
 end
--- The settled leases end together: one call each.
+-- The settled records go together: one call; then one let_go a batch.
 if #settled > 0 then
   redis.call('HDEL', KEYS[3], unpack(settled))
-  redis.call('ZREM', KEYS[2], unpack(settled))
+  for token, k in pairs(batches) do let_go(KEYS[2], KEYS[6], token, k) end
 end
 return out

@@ -2,7 +2,8 @@
 -- start.lua: the fenced start of claimed jobs that came due at a worker, from one shard or
 -- several.
 --
--- KEYS pairs, one per shard of the call: the shard's tok hash, its lease zset
+-- KEYS pairs, one per shard of the call: the shard's tok hash, its lease zset (token ->
+-- expiry of a claimed batch)
 -- ARGV[1] lease ms the jobs were claimed with (claim.lua's ARGV[2])
 -- ARGV[2] the earliest and ARGV[3] the latest due time (Unix ms) among the jobs below
 -- ARGV[4..] for each shard in KEYS' order: its job count n, then n pairs: id, the claim's
@@ -22,13 +23,14 @@
 -- (they remove its record, so this check refuses it).
 -- A lease ends no sooner than ARGV[1] after its job's due time (claim.lua: max(latest due
 -- of the batch, now) + lease; extend.lua only moves it later), and a record exists exactly
--- while its job is in the lease set. So when every job of the call is due (latest <= now)
+-- while its batch's lease is in the lease set. So when every job of the call is due (latest <= now)
 -- and was due less than a lease ago (now < earliest + lease), which is every call of a
 -- worker whose timer fires on time, a job's result is whether its record is the given one:
 -- one string comparison (Lua's strings are interned) where reading the due time out of the
 -- record with a pattern cost about a microsecond a job, most of the per-job time.
--- Otherwise each record's due time is read and the lease set consulted (ZMSCORE, whose
--- scores Redis 7.0 prints with '%.17g') only for the jobs due ARGV[1] or more before now.
+-- Otherwise each record's due time is read and the lease set consulted (ZMSCORE of the
+-- records' tokens, whose scores Redis 7.0 prints with '%.17g') only for the jobs due
+-- ARGV[1] or more before now.
 -- The bounds are the caller's: a worker computes them from the due times it puts in the
 -- records (`claim::Record`), and a record that is the given one has that due time.
 -- Several shards in one call (a single server; a cluster refuses keys of several slots):
@@ -56,26 +58,27 @@ for g = 2, #KEYS, 2 do
         if recs[k] == ARGV[a + 2 * k - 1] then out[o + k] = 1 else out[o + k] = 0 end
       end
     else
-      -- Jobs due long enough ago that their lease may have ended: positions and ids.
-      local old, old_ids = {}, {}
+      -- Jobs due long enough ago that their lease may have ended: positions and tokens.
+      local old, old_tokens = {}, {}
       for k = 1, n do
         local rec = recs[k]
         local result = 0
         if rec == ARGV[a + 2 * k - 1] then
-          local at = tonumber(string.match(rec, '^%d+:([^:]*):'))
+          local token, at = string.match(rec, '^(%d+):([^:]*):')
+          at = tonumber(at)
           if at > now then
             result = 2
           elseif now < at + lease then
             result = 1
           else
             old[#old + 1] = o + k
-            old_ids[#old_ids + 1] = ids[k]
+            old_tokens[#old_tokens + 1] = token
           end
         end
         out[o + k] = result
       end
       if #old > 0 then
-        local expiries = redis.call('ZMSCORE', KEYS[g], unpack(old_ids))
+        local expiries = redis.call('ZMSCORE', KEYS[g], unpack(old_tokens))
         for j = 1, #old do
           local expiry = expiries[j]
           if expiry and tonumber(expiry) > now then out[old[j]] = 1 end
