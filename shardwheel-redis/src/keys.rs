@@ -101,8 +101,8 @@ impl ShardKeys {
     }
 
     /// An invocation of `script` with the `KEYS` the scripts that settle or change jobs
-    /// take: due, lease, tok, dead, att, held (`claim` takes `seq` among its keys, and builds
-    /// its own).
+    /// take: due, lease, tok, dead, att, held (`claim` takes `seq` among its keys, and
+    /// builds its own).
     pub(crate) fn invoke<'s>(&self, script: &'s redis::Script) -> redis::ScriptInvocation<'s> {
         let mut invocation = script.prepare_invoke();
         invocation

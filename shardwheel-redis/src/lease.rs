@@ -4,12 +4,12 @@
 //! claim); a handler still running then would see its job taken back and run again, and its
 //! own ack refused. So while a spawned handler runs, its claim's lease is extended every
 //! third of `lease` to `lease` past the server's `TIME` (`extend.lua`: the claim's other
-//! jobs, held by the same worker, keep it too), fenced by the claim's token: an extension is refused
-//! once the lease was taken back, the job cancelled or rescheduled, and the worker then
-//! stops extending and lets the handler finish (its outcome will be refused as well).
-//! Extension stops after `extend_for`, so a handler stuck for good does not hold its job
-//! forever: past that, the lease expires and another run follows, as without extension. A
-//! failed call is tried again at the next period; one period of slack remains before the
+//! jobs, held by the same worker, keep it too), fenced by the claim's token: an extension
+//! is refused once the lease was taken back, the job cancelled or rescheduled, and the
+//! worker then stops extending and lets the handler finish (its outcome will be refused as
+//! well). Extension stops after `extend_for`, so a handler stuck for good does not hold its
+//! job forever: past that, the lease expires and another run follows, as without extension.
+//! A failed call is tried again at the next period; one period of slack remains before the
 //! lease ends.
 
 use std::future::Future;

@@ -6,40 +6,41 @@
 -- tried and not acked)   KEYS[7] held hash (token -> the batch's records left; the
 -- batch's ids are the list <KEYS[7]>:<token>)
 -- ARGV[1] window ms   ARGV[2] lease ms (after the due time)   ARGV[3] most jobs to claim
--- ARGV[4] most jobs to reap from expired leases   ARGV[5] attempts before the dead-letter set
+-- ARGV[4] most jobs to reap from expired leases
+-- ARGV[5] attempts before the dead-letter set
 -- ARGV[6] lead ms   ARGV[7] lead µs per job of the shard's backlog (see (2) below)
 --
 -- Contract: with now = the server's TIME, (1) batches whose lease expired at now are taken
 -- back, whole, until ARGV[4] jobs were reaped: each of the batch's jobs still under that
 -- claim (its record has the batch's token) returns to due at now, or goes to the dead set
--- if it has used its ARGV[5] attempts; (2) up to ARGV[3] jobs due at or before now + ahead, earliest first,
--- leave the due set for the lease set as one batch, where ahead = min(window, lead +
+-- if it has used its ARGV[5] attempts; (2) up to ARGV[3] jobs due at or before now + ahead,
+-- earliest first, leave the due set as one claimed batch, where ahead = min(window, lead +
 -- backlog * ARGV[7] / 1000) and backlog = the jobs due at or before now + window still in
 -- the due set: a job is claimed about `lead` before its due time, earlier only when the
 -- shard holds more jobs due within the window than the claims could take in `lead` (a burst
 -- due in one second is claimed ahead, spread over the time its claims need). Claiming no
 -- earlier than that keeps the claims' server work near the jobs' due times rather than
--- bunched with their scheduling: one fresh token for the batch (a
--- per-shard counter, so a token is never reused by another claim), one lease entry for
--- the batch, token -> max(latest due in it, now) + lease ms, its ids in one list and its
--- count in the held hash (so neither the claim nor the ack writes a lease a job: held.lua),
--- attempt count + 1 per job. A job is in exactly one of due, claimed (a record in the tok
--- hash), dead at any time, and only the holder of its current token can start (start.lua),
--- ack, fail or release it. The claim's record is written here only:
--- start.lua reads it, and cancel.lua or reschedule.lua remove it. No payload is read here:
--- the worker reads its claimed jobs' payloads with plain HGETs from the hashes it computes
--- (`claim::payloads`), so no id is hashed on the server.
+-- bunched with their scheduling: one fresh token for the batch (a per-shard counter, so a
+-- token is never reused by another claim), one lease entry for the batch, token ->
+-- max(latest due in it, now) + lease ms, its ids in one list and its count in the held hash
+-- (so neither the claim nor the ack writes a lease a job: held.lua), attempt count + 1 per
+-- job. A job is in exactly one of due, claimed (a record in the tok hash), dead at any
+-- time, and only the holder of its current token can start (start.lua), ack, fail or
+-- release it. The claim's record is written here only: start.lua reads it, and cancel.lua
+-- or reschedule.lua remove it. No payload is read here: the worker reads its claimed jobs'
+-- payloads with plain HGETs from the hashes it computes (`claim::payloads`), so no id is
+-- hashed on the server.
 -- Returns {now, token, {id, due, attempt, ...}, reaped count, TIME seconds, TIME
 -- microseconds} (token 0 if no job was claimed; the last two let the worker bound the
 -- server's clock to the microsecond).
 -- Bound: O((reap + claim) log N), the claim capped by ARGV[3], the reap by ARGV[4] plus one
 -- batch (the client allows at most 3000 jobs a batch, so the variadic calls stay within
 -- Lua's stack); a few redis calls per batch, and one per claimed job (its attempts) only
--- while the shard has jobs tried and not acked. The due times stay the text that ZRANGEBYSCORE gave (no number made of them and
--- printed again), and the token and the expiry are printed once per batch with '%d' (Redis
--- 7.0 prints a Lua number argument with '%.17g', several times the cost): 20 % fewer server
--- instructions per claimed job than one token, expiry and '%d' record per job (callgrind,
--- 32k jobs over 16 shards).
+-- while the shard has jobs tried and not acked. The due times stay the text that
+-- ZRANGEBYSCORE gave (no number made of them and printed again), and the token and the
+-- expiry are printed once per batch with '%d' (Redis 7.0 prints a Lua number argument with
+-- '%.17g', several times the cost): 20 % fewer server instructions per claimed job than one
+-- token, expiry and '%d' record per job (callgrind, 32k jobs over 16 shards).
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local window, lease = tonumber(ARGV[1]), tonumber(ARGV[2])

@@ -23,11 +23,11 @@
 -- (they remove its record, so this check refuses it).
 -- A lease ends no sooner than ARGV[1] after its job's due time (claim.lua: max(latest due
 -- of the batch, now) + lease; extend.lua only moves it later), and a record exists exactly
--- while its batch's lease is in the lease set. So when every job of the call is due (latest <= now)
--- and was due less than a lease ago (now < earliest + lease), which is every call of a
--- worker whose timer fires on time, a job's result is whether its record is the given one:
--- one string comparison (Lua's strings are interned) where reading the due time out of the
--- record with a pattern cost about a microsecond a job, most of the per-job time.
+-- while its batch's lease is in the lease set. So when every job of the call is due (latest
+-- <= now) and was due less than a lease ago (now < earliest + lease), which is every call
+-- of a worker whose timer fires on time, a job's result is whether its record is the given
+-- one: one string comparison (Lua's strings are interned) where reading the due time out of
+-- the record with a pattern cost about a microsecond a job, most of the per-job time.
 -- Otherwise each record's due time is read and the lease set consulted (ZMSCORE of the
 -- records' tokens, whose scores Redis 7.0 prints with '%.17g') only for the jobs due
 -- ARGV[1] or more before now.

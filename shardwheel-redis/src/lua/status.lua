@@ -6,7 +6,8 @@
 -- `keys::bucket_of`)   ARGV[2] id
 --
 -- Contract: returns {state, time ms, attempts, payload} with state 1 pending (time: due),
--- 2 claimed (time: its batch's lease expiry), 3 dead (time: when it died), or {0} if unknown.
+-- 2 claimed (time: its batch's lease expiry), 3 dead (time: when it died), or {0} if
+-- unknown.
 -- Bound: O(1) calls, O(log N) each.
 local id = ARGV[2]
 local payload = redis.call('HGET', ARGV[1], id)

@@ -111,7 +111,7 @@ async fn the_reaper_takes_back_only_the_jobs_still_under_the_expired_claim() {
     assert_eq!(reaped, 1);
     assert_eq!(jobs.len(), 1);
     assert_eq!((jobs[0].0.as_str(), jobs[0].3), (ids[1].as_str(), 2));
-    // The first is still under its second claim: its ack passes, its attempt was not counted.
+    // Still under its second claim: its ack passes, its attempt was not counted.
     assert_eq!(
         settle(&queue, s, 5, &[(&ids[0], again, "a")]).await,
         vec![1]
