@@ -1,7 +1,8 @@
 //! Bad data and unready servers, against real servers: an entry the worker cannot run (an
 //! id that is not UTF-8, a due time that is not whole milliseconds) is dead-lettered alone
-//! (with a `tracing` event) while its batch runs; connecting fails with a clear error
-//! within the connect timeout, or waits for a server still loading its data.
+//! (with a `tracing` event) while its batch runs; a claim whose payloads cannot be read is
+//! given back at once, its attempt not counted; connecting fails with a clear error within
+//! the connect timeout, or waits for a server still loading its data.
 
 mod support;
 
@@ -104,6 +105,64 @@ async fn entries_no_handler_can_take_are_dead_lettered_alone_and_their_batch_run
         printed.contains("whole number of milliseconds") && printed.contains("half-ms"),
         "no event names the entry due at a fraction of a millisecond: {printed}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_whose_payloads_cannot_be_read_is_released_with_no_attempt_counted() {
+    let server = support::Server::start();
+    let mut conn = server.sync_conn();
+    // One shard and one payload hash, so the hash's key is known.
+    let url = server.url();
+    let queue = Queue::builder("unread")
+        .shards(1)
+        .buckets(1)
+        .connect(&url)
+        .await
+        .unwrap();
+    queue.schedule("x", Duration::ZERO, b"p").await.unwrap();
+    // Another client turns the payload hash into a string: every read of it fails.
+    let hash = "{unread:0}:j:0";
+    let _: () = redis::pipe()
+        .del(hash)
+        .ignore()
+        .set(hash, "not a hash")
+        .query(&mut conn)
+        .unwrap();
+    let (seen, handler) = recording();
+    let worker = Worker::builder()
+        .poll(Duration::from_millis(20))
+        .start(queue.clone(), handler)
+        .unwrap();
+    support::until("claims released after failed reads", async || {
+        let stats = worker.stats();
+        stats.released >= 2 && stats.errors >= 2
+    })
+    .await;
+    let stats = worker.stop().await;
+    assert_eq!(stats.delivered, 0);
+    assert!(seen.lock().unwrap().is_empty());
+    let pending = Counts {
+        pending: 1,
+        claimed: 0,
+        dead: 0,
+    };
+    assert_eq!(queue.counts().await.unwrap(), pending);
+    // Its payload back, the job runs once, as its first attempt: no release counted one.
+    let _: () = redis::pipe()
+        .del(hash)
+        .ignore()
+        .hset(hash, "x", "p")
+        .ignore()
+        .query(&mut conn)
+        .unwrap();
+    let (seen, handler) = recording();
+    let worker = Worker::builder().start(queue.clone(), handler).unwrap();
+    support::until("the job run", async || {
+        queue.counts().await.unwrap() == Counts::default()
+    })
+    .await;
+    worker.stop().await;
+    assert_eq!(seen.lock().unwrap().get("x"), Some(&vec![1]));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
