@@ -4,7 +4,7 @@
 //! work. No script hashes an id: the client names each job's payload hash (`keys::bucket_of`,
 //! the one definition of that hash), so the server's single thread spends nothing on it.
 //! `lua/held.lua` (how a claimed batch's lease, one entry a batch, ends with its last
-//! record) is prepended to `settle`, `cancel` and `reschedule`, and `lua/revoke.lua` (how a
+//! record or its reaping) is prepended to `claim`, `settle`, `cancel` and `reschedule`, and `lua/revoke.lua` (how a
 //! cancel or a reschedule revokes a claim and tells whether its start may have passed) to
 //! the last two. `start` is read
 //! only (`#!lua flags=no-writes`, Redis 7): it is neither written to the AOF nor replicated.
@@ -39,7 +39,7 @@ fn with(prelude: &[&str], source: &str) -> Script {
 /// The scripts of this process (hashed once).
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     schedule: Script::new(include_str!("lua/schedule.lua")),
-    claim: Script::new(include_str!("lua/claim.lua")),
+    claim: with(&[HELD], include_str!("lua/claim.lua")),
     settle: with(&[HELD], include_str!("lua/settle.lua")),
     cancel: with(&[HELD, REVOKE], include_str!("lua/cancel.lua")),
     reschedule: with(&[HELD, REVOKE], include_str!("lua/reschedule.lua")),
