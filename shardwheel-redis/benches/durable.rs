@@ -40,7 +40,7 @@ mod probe;
 #[path = "durable_parts/server.rs"]
 mod server;
 
-use baselines::{floor, poller, produce_naive};
+use baselines::{alone, floor, poller, produce_naive};
 use probe::{Probe, Samples};
 use server::{cpu_seconds, field, info, raw_conn, reset_stats, server_note};
 use std::future::Future;
@@ -484,6 +484,13 @@ async fn d1(scale: f64) {
         let (rate, cpu_us) = floor(&delays).await;
         println!(
             "note D1 floor: the same jobs through a script doing only HSET and ZADD per job, no workers (load {}): {rate:.0} per second, redis-server {cpu_us:.2} us CPU per job",
+            loadavg()
+        );
+        let schedule =
+            async |server: &support::Server| produce_shardwheel(server, "d1", &delays, None).await;
+        let (rate, cpu_us) = alone(n, schedule).await;
+        println!(
+            "note D1 shardwheel-redis alone: the same schedule with no workers (load {}): {rate:.0} per second, redis-server {cpu_us:.2} us CPU per job; against the floor, this is the schedule path's cost, and the rest of the gap of schedule_per_s is the deliveries' share of the server",
             loadavg()
         );
     }

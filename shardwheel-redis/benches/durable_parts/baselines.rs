@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime};
 
 use shardwheel_redis::DEFAULT_BUCKETS;
 
-use super::{PAYLOAD, Tally, cpu_seconds, fan_out, now_ms, raw_conn, support, unix_us};
+use super::{PAYLOAD, PRODUCERS, Tally, cpu_seconds, fan_out, now_ms, raw_conn, support, unix_us};
 
 /// The naive producer: ZADD with due = this client's clock + delay, member = id, pipelined.
 pub(super) async fn produce_naive(
@@ -119,45 +119,66 @@ if #zadd > 0 then redis.call('ZADD', KEYS[1] .. ':due', unpack(zadd)) end
 return #zadd / 2
 ";
 
+/// Runs `schedule` (which returns its seconds) for `n` jobs on a fresh server with no
+/// consumers: returns (jobs per second, redis-server CPU µs per job).
+pub(super) async fn alone(
+    n: usize,
+    schedule: impl AsyncFnOnce(&support::Server) -> f64,
+) -> (f64, f64) {
+    let server = support::Server::start();
+    let cpu_before = cpu_seconds(&server.url()).await;
+    let seconds = schedule(&server).await;
+    let cpu_after = cpu_seconds(&server.url()).await;
+    let n = n as f64;
+    (n / seconds, (cpu_after.1 - cpu_before.1) * 1e6 / n)
+}
+
 /// Schedules `delays` with [`FLOOR_SCRIPT`] on a fresh server (16 shards, as the queue's
 /// default): returns (jobs per second, redis-server CPU µs per job).
+///
+/// `fan_out` hands producer p the indices p, p + PRODUCERS, ...: numbered by i / PRODUCERS,
+/// each producer's batch spreads over all the shards, as ids do under the queue's hash, so a
+/// call carries as many jobs as the queue's (about PRODUCER_BATCH / SHARDS). Numbered by i,
+/// a batch would fill PRODUCERS times fewer shards with calls as many times larger.
 pub(super) async fn floor(delays: &Arc<Vec<u64>>) -> (f64, f64) {
     const SHARDS: usize = 16;
-    let server = support::Server::start();
+    let place = |i: usize| {
+        let k = i / PRODUCERS;
+        (k % SHARDS, (k / SHARDS) % DEFAULT_BUCKETS as usize)
+    };
     let script = redis::Script::new(FLOOR_SCRIPT);
-    let cpu_before = cpu_seconds(&server.url()).await;
-    let connect = async || raw_conn(&server.url()).await;
     let shared = Arc::clone(delays);
-    let seconds = fan_out(delays.len(), connect, move |conn, chunk| {
-        let (script, delays) = (script.clone(), Arc::clone(&shared));
-        async move {
-            let mut calls = Vec::new();
-            for shard in 0..SHARDS {
-                let mut invocation = script.prepare_invoke();
-                invocation.key(format!("{{floor:{shard}}}"));
-                let mut jobs: Vec<usize> = chunk
-                    .iter()
-                    .copied()
-                    .filter(|i| i % SHARDS == shard)
-                    .collect();
-                jobs.sort_by_key(|&i| delays[i]);
-                for i in jobs {
-                    invocation
-                        .arg(i)
-                        .arg(delays[i])
-                        .arg((i / SHARDS) % DEFAULT_BUCKETS as usize)
-                        .arg(&PAYLOAD[..]);
+    alone(delays.len(), async |server| {
+        let connect = async || raw_conn(&server.url()).await;
+        fan_out(shared.len(), connect, move |conn, chunk| {
+            let (script, delays) = (script.clone(), Arc::clone(&shared));
+            async move {
+                let mut calls = Vec::new();
+                for shard in 0..SHARDS {
+                    let mut invocation = script.prepare_invoke();
+                    invocation.key(format!("{{floor:{shard}}}"));
+                    let mut jobs: Vec<usize> = chunk
+                        .iter()
+                        .copied()
+                        .filter(|&i| place(i).0 == shard)
+                        .collect();
+                    jobs.sort_by_key(|&i| delays[i]);
+                    for i in jobs {
+                        invocation
+                            .arg(i)
+                            .arg(delays[i])
+                            .arg(place(i).1)
+                            .arg(&PAYLOAD[..]);
+                    }
+                    let mut conn = (*conn).clone();
+                    calls.push(async move { invocation.invoke_async::<u64>(&mut conn).await });
                 }
-                let mut conn = (*conn).clone();
-                calls.push(async move { invocation.invoke_async::<u64>(&mut conn).await });
+                for outcome in futures_util::future::join_all(calls).await {
+                    outcome.unwrap();
+                }
             }
-            for outcome in futures_util::future::join_all(calls).await {
-                outcome.unwrap();
-            }
-        }
+        })
+        .await
     })
-    .await;
-    let cpu_after = cpu_seconds(&server.url()).await;
-    let n = delays.len() as f64;
-    (n / seconds, (cpu_after.1 - cpu_before.1) * 1e6 / n)
+    .await
 }
