@@ -16,7 +16,10 @@
 //! a tenth of its 60 s span, at least 6 s) for a quick check; the figures to report come
 //! from the default, 1. `DURABLE_COMMANDSTATS=1` prints the server's command statistics
 //! after each workload (and D1's for its scheduling phase alone). Notes give each side's
-//! CPU time while scheduling, to show where the time went.
+//! CPU time while scheduling, to show where the time went. D1 then schedules its jobs
+//! twice more, each time on a fresh server with no consumers: through a bare script (the
+//! floor) and through the queue (`alone`), which splits shardwheel-redis's gap to the floor
+//! into the schedule path's own cost and the deliveries' share of the server.
 //!
 //! While each implementation's D1 and D2 run (from its consumers' start until its jobs are
 //! all delivered), a probe (`durable_parts/probe.rs`) on a connection and a thread of its

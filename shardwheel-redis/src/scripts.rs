@@ -4,10 +4,10 @@
 //! work. No script hashes an id: the client names each job's payload hash (`keys::bucket_of`,
 //! the one definition of that hash), so the server's single thread spends nothing on it.
 //! `lua/held.lua` (how a claimed batch's lease, one entry a batch, ends with its last
-//! record or its reaping) is prepended to `claim`, `settle`, `cancel` and `reschedule`, and `lua/revoke.lua` (how a
-//! cancel or a reschedule revokes a claim and tells whether its start may have passed) to
-//! the last two. `start` is read
-//! only (`#!lua flags=no-writes`, Redis 7): it is neither written to the AOF nor replicated.
+//! record or its reaping) is prepended to `claim`, `settle`, `cancel` and `reschedule`, and
+//! `lua/revoke.lua` (how a cancel or a reschedule revokes a claim and tells whether its start
+//! may have passed) to the last two. `start` is read only (`#!lua flags=no-writes`, Redis
+//! 7): it is neither written to the AOF nor replicated.
 //! `redis::Script` sends `EVALSHA` and loads the script on a `NOSCRIPT` reply, so a
 //! restarted server or a new cluster node is served transparently.
 //! Every script starts from the server's `TIME`: no client clock decides when a job is due.
