@@ -70,8 +70,9 @@ pub(crate) struct ShardKeys {
     pub seq: String,
     /// Hash: id -> attempts made, for jobs tried and not acknowledged.
     pub att: String,
-    /// Hash: token -> how many jobs of that claimed batch still have their record; the
-    /// batch's ids are the list `<held>:<token>` (`claim.lua`, `lua/held.lua`).
+    /// Hash: token -> how many jobs of that claimed batch still have their record, and
+    /// `x<token>` -> 1 once a job of it was revoked (`lua/revoke.lua`); the batch's ids are
+    /// the list `<held>:<token>` (`claim.lua`, `lua/held.lua`).
     pub held: String,
     /// Prefix of the payload hashes (`{q:s}:j:<bucket>`).
     pub payload_prefix: String,

@@ -94,6 +94,17 @@ fn shard(queue: &Queue, id: &str) -> u32 {
     shard_of(id.as_bytes(), queue.shards())
 }
 
+/// `n` ids that fall on the same shard, and that shard.
+fn same_shard(queue: &Queue, n: usize) -> (Vec<String>, u32) {
+    let s = shard(queue, "id-0");
+    let ids = (0..)
+        .map(|i| format!("id-{i}"))
+        .filter(|id| shard(queue, id) == s)
+        .take(n)
+        .collect();
+    (ids, s)
+}
+
 #[tokio::test]
 async fn claim_takes_a_bounded_batch_within_the_window_with_fresh_tokens() {
     let server = support::Server::start();

@@ -7,23 +7,13 @@ use std::time::Duration;
 
 use redis::Commands;
 
-use super::{claim, queue, settle, shard, support};
+use super::{claim, queue, same_shard, settle, shard, support};
 use crate::job::{Cancelled, JobState, Rescheduled, When};
 use crate::queue::Queue;
 
-/// `n` ids that fall on the same shard, and that shard.
-fn same_shard(queue: &Queue, n: usize) -> (Vec<String>, u32) {
-    let s = shard(queue, "id-0");
-    let ids = (0..)
-        .map(|i| format!("id-{i}"))
-        .filter(|id| shard(queue, id) == s)
-        .take(n)
-        .collect();
-    (ids, s)
-}
-
 /// What a shard keeps of its claimed batches: its lease set (token -> expiry), its held
-/// counts (token -> records left), and the ids listed for one token.
+/// hash (token -> records left, "x" + token -> 1 once a job of it was revoked), and the ids
+/// listed for one token.
 #[derive(Debug, PartialEq)]
 struct LeaseState(Vec<(String, i64)>, Vec<(String, i64)>, Vec<String>);
 
@@ -61,16 +51,22 @@ async fn a_claimed_batch_has_one_lease_entry_that_goes_with_its_last_record() {
     assert_eq!(leases, vec![(token.to_string(), expiry.as_millis() as i64)]);
     assert_eq!(held, vec![(token.to_string(), 4)]);
     assert_eq!(listed, ids);
-    // Two acks, a cancel: the batch lives on with one record.
+    // Two acks: the batch lives on with two records, unmarked.
     let acks = [(ids[0].as_str(), token, "a"), (ids[1].as_str(), token, "a")];
     assert_eq!(settle(&queue, s, 5, &acks).await, vec![1, 1]);
-    assert_eq!(queue.cancel(&ids[2]).await.unwrap(), Cancelled::Claimed);
     let LeaseState(leases, held, listed) = lease_state(&mut conn, &queue, s, token);
     assert_eq!(
         (leases.len(), held, listed.len()),
-        (1, vec![(token.to_string(), 1)], 4)
+        (1, vec![(token.to_string(), 2)], 4)
     );
-    // The last record goes with a reschedule: nothing of the batch is left.
+    // A cancel: one record left, the batch marked as revoked.
+    assert_eq!(queue.cancel(&ids[2]).await.unwrap(), Cancelled::Claimed);
+    let LeaseState(leases, mut held, listed) = lease_state(&mut conn, &queue, s, token);
+    held.sort();
+    let marked = vec![(token.to_string(), 1), (format!("x{token}"), 1)];
+    assert_eq!((leases.len(), held, listed.len()), (1, marked, 4));
+    // The last record goes with a reschedule: nothing of the batch is left, its mark
+    // included.
     let later = When::After(Duration::from_secs(60));
     assert_eq!(
         queue.reschedule(&ids[3], later, None).await.unwrap(),
@@ -122,7 +118,13 @@ async fn the_reaper_takes_back_only_the_jobs_still_under_the_expired_claim() {
         leases.iter().all(|(t, _)| *t != old.to_string()),
         "{leases:?}"
     );
-    assert!(held.iter().all(|(t, _)| *t != old.to_string()), "{held:?}");
+    // Neither its count nor its mark (the reschedule revoked one of its jobs).
+    let mark = format!("x{old}");
+    assert!(
+        held.iter()
+            .all(|(t, _)| *t != old.to_string() && *t != mark),
+        "{held:?}"
+    );
     assert!(listed.is_empty());
 }
 

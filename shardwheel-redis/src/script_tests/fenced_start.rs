@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use super::{claim, queue, settle, shard, support};
+use super::{claim, queue, same_shard, settle, shard, support};
 use crate::job::{Cancelled, JobState, Rescheduled};
 use crate::queue::Queue;
 use crate::start::StartRow;
@@ -41,12 +41,19 @@ fn aof_size(conn: &mut redis::Connection) -> u64 {
         .expect("INFO persistence names aof_current_size")
 }
 
-/// How many ZMSCORE calls the server ran (scripts' included) since its statistics were reset.
-fn zmscore_calls(conn: &mut redis::Connection) -> u64 {
+/// How many calls of `command` (lower case) the server ran, scripts' included, since its
+/// statistics were reset.
+fn calls(conn: &mut redis::Connection, command: &str) -> u64 {
     let info: String = redis::cmd("INFO").arg("commandstats").query(conn).unwrap();
+    let prefix = format!("cmdstat_{command}:calls=");
     info.lines()
-        .find_map(|line| line.strip_prefix("cmdstat_zmscore:calls="))
+        .find_map(|line| line.strip_prefix(prefix.as_str()))
         .map_or(0, |rest| rest.split(',').next().unwrap().parse().unwrap())
+}
+
+/// Resets the server's statistics (`calls` counts from here).
+fn reset_stats(conn: &mut redis::Connection) {
+    let () = redis::cmd("CONFIG").arg("RESETSTAT").query(conn).unwrap();
 }
 
 #[tokio::test]
@@ -64,12 +71,11 @@ async fn start_is_fenced_by_token_lease_and_due_time_and_writes_nothing() {
         .find(|id| shard(&queue, id) != a.0)
         .unwrap();
     let other = claimed(&queue, other_id, Duration::ZERO, 30_000).await;
-    let wrong = (a.0, a.1, a.2 + 1, a.3, a.4);
+    // A token no claim of the shard issued (a claim's jobs are checked by their batch's
+    // token: a caller names only the claims it was given).
+    let wrong = (a.0, a.1, a.2 + 1_000_000, a.3, a.4);
     let aof = aof_size(&mut conn);
-    let _: () = redis::cmd("CONFIG")
-        .arg("RESETSTAT")
-        .query(&mut conn)
-        .unwrap();
+    reset_stats(&mut conn);
     assert_eq!(start(&queue, 30_000, &[wrong]).await, vec![0]);
     assert_eq!(start(&queue, 30_000, &[later]).await, vec![2]);
     assert_eq!(start(&queue, 30_000, &[a]).await, vec![1]);
@@ -93,7 +99,7 @@ async fn start_is_fenced_by_token_lease_and_due_time_and_writes_nothing() {
         JobState::Claimed { attempt: 1, .. }
     ));
     // Due less than its lease ago, a job's lease cannot have ended: the lease set is not read.
-    assert_eq!(zmscore_calls(&mut conn), 0);
+    assert_eq!(calls(&mut conn, "zmscore"), 0);
     assert_eq!(settle(&queue, a.0, 5, &[("a", a.2, "a")]).await, vec![1]);
     // Due longer ago than the lease it was claimed with, a job starts only if its lease was
     // extended: the lease set decides.
@@ -102,7 +108,7 @@ async fn start_is_fenced_by_token_lease_and_due_time_and_writes_nothing() {
     assert!(extended.await.unwrap());
     tokio::time::sleep(Duration::from_millis(10)).await;
     assert_eq!(start(&queue, 1, &[x]).await, vec![1]);
-    assert_eq!(zmscore_calls(&mut conn), 1);
+    assert_eq!(calls(&mut conn, "zmscore"), 1);
     // A claim whose lease expired does not start (a worker stalled past it), and the next
     // claim takes it back with its attempt counted.
     let r = claimed(&queue, "r", Duration::ZERO, 1).await;
@@ -158,4 +164,72 @@ async fn cancel_and_reschedule_revoke_a_claim_and_tell_by_its_due_time_whether_i
         ));
         queue.cancel(id).await.unwrap();
     }
+}
+
+#[tokio::test]
+async fn a_batch_on_time_starts_at_once_and_one_with_a_revoked_job_is_checked_job_by_job() {
+    let server = support::Server::start();
+    let mut conn = server.sync_conn();
+    let queue = queue(&server, "s").await;
+    let (ids, s) = same_shard(&queue, 28);
+    let (ids, late) = ids.split_at(20);
+    for id in ids {
+        queue.schedule(id, Duration::ZERO, b"x").await.unwrap();
+    }
+    // Two batches of ten, all due: how a worker on time checks them (ten jobs a batch, so
+    // the call names the batches: `start::WHOLE`).
+    let (_, first, _) = claim(&queue, s, 3_600_000, 30_000, 10, 5).await;
+    let (_, second, _) = claim(&queue, s, 3_600_000, 30_000, 10, 5).await;
+    assert_ne!(first[0].2, second[0].2);
+    let rows = |jobs: &[crate::claim::ClaimedRow]| -> Vec<(u32, String, u64, i64, u32)> {
+        jobs.iter()
+            .map(|j| (s, j.0.clone(), j.2, j.1, j.3))
+            .collect()
+    };
+    let both: Vec<_> = rows(&first).into_iter().chain(rows(&second)).collect();
+    let both: Vec<StartRow> = both
+        .iter()
+        .map(|r| (r.0, r.1.as_str(), r.2, r.3, r.4))
+        .collect();
+    let first = &both[..10];
+    // Intact batches: one read of their counts and marks, none of the jobs' records.
+    reset_stats(&mut conn);
+    assert_eq!(start(&queue, 30_000, &both).await, vec![1; 20]);
+    assert_eq!(calls(&mut conn, "hmget"), 1);
+    // The holder's own ack leaves its batch intact for the rest.
+    let ack = [(first[0].1, first[0].2, "a")];
+    assert_eq!(settle(&queue, s, 5, &ack).await, vec![1]);
+    // A cancel and a reschedule of due jobs of the first batch: both may have started (a
+    // check may have passed), every later check of them is refused, the rest of their batch
+    // starts (its records read), and the second batch is still read as a whole.
+    assert_eq!(queue.cancel(first[1].1).await.unwrap(), Cancelled::Started);
+    let later = Duration::from_secs(600);
+    let rescheduled = queue.reschedule(first[2].1, later, None).await.unwrap();
+    assert_eq!(rescheduled, Rescheduled::Started);
+    reset_stats(&mut conn);
+    let mut expected = vec![0, 0];
+    expected.extend([1; 17]);
+    assert_eq!(start(&queue, 30_000, &both[1..]).await, expected);
+    assert_eq!(calls(&mut conn, "hmget"), 2);
+    // The first batch's other jobs go (cancels, the holder's last ack): the batch goes,
+    // mark and count, and its revoked jobs are still refused.
+    for row in &first[3..9] {
+        assert_eq!(queue.cancel(row.1).await.unwrap(), Cancelled::Started);
+    }
+    let ack = [(first[9].1, first[9].2, "a")];
+    assert_eq!(settle(&queue, s, 5, &ack).await, vec![1]);
+    assert_eq!(start(&queue, 30_000, &first[1..9]).await, vec![0; 8]);
+    // A batch due longer ago than the lease it was claimed with: its lease expired (not yet
+    // taken back), none of its jobs starts, though the batch is intact.
+    for id in late {
+        queue.schedule(id, Duration::ZERO, b"x").await.unwrap();
+    }
+    let (_, jobs, _) = claim(&queue, s, 0, 1, 10, 5).await;
+    assert_eq!(jobs.len(), late.len());
+    let rows: Vec<StartRow> = jobs
+        .iter()
+        .map(|j| (s, j.0.as_str(), j.2, j.1, j.3))
+        .collect();
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(start(&queue, 1, &rows).await, vec![0; 8]);
 }
