@@ -122,7 +122,7 @@ pub(crate) type StartRow<'a> = (u32, &'a str, u64, i64, u32);
 /// a missing mark scanning all of it. By the server's instructions a job (callgrind, one
 /// shard's 62 live batches, 16 shards a call): 4 jobs a batch cost 11.7k against 10.2k job
 /// by job, 8 cost 7.5k against 8.3k, 16 cost 5.2k against 7.2k, and a burst's calls of 512
-/// jobs of one batch 3.2k against 6.2k.
+/// jobs of one batch 3.3k against 6.2k.
 const WHOLE: usize = 8;
 
 /// The `start.lua` call for `jobs`, claimed with leases of `lease_ms`: each shard's keys,
