@@ -170,7 +170,7 @@ impl<T> Shard<T> {
     /// `unstage`'s work once checked: slot `index` of generation `generation` is at
     /// `place` in the stage whose contents are `held`, cancelled, with no change or reset
     /// on it. Takes its payload and frees the slot as `unstage` says.
-    #[inline]
+    #[inline(always)]
     fn unstage_cancelled(&self, held: &mut Held, index: u32, slot: Slot<'_, T>, place: usize, generation: u32) -> T {
         // SAFETY: the slot is staged here, so no reaper has seen it, and it is cancelled
         // with no change or reset on it (the caller checked): nobody else takes its
