@@ -238,35 +238,27 @@ impl<T> Shard<T> {
         self.wakeup.wake_for(deadline);
     }
 
-    /// The owner gives its stage back, handing its timers over first if the reaper asked
-    /// (before it left, or as it left: then it enters again, unless the reaper took the
-    /// stage meanwhile, which collects the timers itself).
+    /// The owner gives its stage back, and hands its timers over if the reaper asked for
+    /// them (see `Stage::leave`).
     #[inline]
     pub(super) fn leave(&self, stage: &Stage) {
-        let left = stage.leave();
-        if left != Leave::Left {
-            self.leave_asked(stage, left);
+        if stage.leave() == Leave::Asked {
+            self.leave_asked(stage);
         }
     }
 
-    /// `leave`, once the reaper asked for the timers (`left` says when, see `Stage::leave`).
+    /// `leave`, once the reaper asked for the timers: the owner enters again, hands them
+    /// over and answers, unless the reaper took the stage meanwhile (it collects the
+    /// timers itself then).
     #[cold]
     #[inline(never)]
-    fn leave_asked(&self, stage: &Stage, mut left: Leave) {
-        loop {
-            match left {
-                Leave::Left => return,
-                Leave::Asked => {
-                    self.hand_over(stage);
-                    stage.answer();
-                }
-                Leave::AskedAfter => {
-                    if !stage.try_own() {
-                        return;
-                    }
-                }
+    fn leave_asked(&self, stage: &Stage) {
+        while stage.try_own() {
+            self.hand_over(stage);
+            stage.answer();
+            if stage.leave() == Leave::Left {
+                return;
             }
-            left = stage.leave();
         }
     }
 
