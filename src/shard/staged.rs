@@ -24,7 +24,7 @@ use crate::clock;
 use crate::due::Due;
 use crate::slab::NIL;
 use crate::slots::{self, Freed, PENDING, STAGED, Slot};
-use crate::stage::{Held, Leave, STAGE_LEN, Stage, Take};
+use crate::stage::{Held, Leave, STAGE_LEN, Stage, Staged, Take};
 use crate::sync::{Ordering, thread};
 #[cfg(loom)]
 use loom::sync::MutexGuard;
@@ -37,8 +37,8 @@ use std::sync::{Arc, PoisonError};
 #[derive(Debug, Default)]
 pub(super) struct Registry {
     new: Vec<Arc<Stage>>,
-    /// Batches of staged timers (slot numbers) handed over by their owners.
-    handed: Vec<Vec<u32>>,
+    /// Batches of staged timers handed over by their owners.
+    handed: Vec<Vec<Staged>>,
     /// Batches of cancels (slot numbers) handed over by their owners.
     cancels: Vec<Vec<u32>>,
     /// Every stage whose owner has not let go: their counts are the shard's.
@@ -106,7 +106,7 @@ impl<T> Shard<T> {
         let len = unsafe {
             stage.with(|held| {
                 slot.link.store(held.staged.len() as u32, Ordering::Relaxed);
-                held.staged.push(index);
+                held.staged.push(Staged::new(index, &slot.link));
                 held.staged.len()
             })
         };
@@ -272,8 +272,8 @@ impl<T> Shard<T> {
             stage.with(|held| {
                 let room = held.staged.len();
                 let batch = std::mem::replace(&mut held.staged, Vec::with_capacity(room));
-                for &index in &batch {
-                    held.chunks.gave(index);
+                for staged in &batch {
+                    held.chunks.gave(staged.index);
                 }
                 let room = held.cancels.len();
                 let cancels = std::mem::replace(&mut held.cancels, Vec::with_capacity(room));
@@ -422,7 +422,7 @@ impl<T> Shard<T> {
         &self,
         due: &mut Due,
         freed: &mut Freed,
-        handed: Vec<Vec<u32>>,
+        handed: Vec<Vec<Staged>>,
         between: &mut dyn FnMut(&mut Due, &mut Freed),
     ) -> u64 {
         let mut arrived = 0;
@@ -434,9 +434,9 @@ impl<T> Shard<T> {
             // misses overlap.
             for at in (0..batch.len()).rev() {
                 if let Some(ahead) = at.checked_sub(PREFETCH_AHEAD) {
-                    self.slots.prefetch(batch[ahead]);
+                    self.slots.prefetch(batch[ahead].index);
                 }
-                let index = batch[at];
+                let index = batch[at].index;
                 self.arrive_slot(due, index, self.slot(index), freed);
             }
             between(due, freed);
@@ -482,7 +482,7 @@ impl<T> Shard<T> {
                 let arrived = held.staged.len() as u64;
                 // Newest first, as the inbox hands them over: timers overdue by the same
                 // pass then fire oldest first.
-                for index in held.staged.drain(..).rev() {
+                for Staged { index, .. } in held.staged.drain(..).rev() {
                     held.chunks.gave(index);
                     self.arrive_slot(due, index, self.slot(index), freed);
                 }
