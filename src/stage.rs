@@ -61,7 +61,7 @@
 
 use crate::barrier;
 use crate::slab::NIL;
-use crate::slots::{CHUNKS, chunk_of};
+use crate::slots::{CHUNKS, RawSlot, chunk_of};
 use crate::sync::{AtomicBool, AtomicU32, AtomicU64, Ordering, UnsafeCell};
 use std::ptr::NonNull;
 
@@ -151,8 +151,8 @@ pub(crate) struct Held {
     /// Slots of timers handed over that the owner cancelled, for the reaper to free: each
     /// `CANCELLED` and `QUEUED` (its change is on its way).
     pub(crate) cancels: Vec<u32>,
-    /// Free slots for the owner to take first.
-    pub(crate) free: Vec<u32>,
+    /// Free slots for the owner to take first, with their addresses.
+    pub(crate) free: Vec<(u32, RawSlot)>,
     /// Then a batch of free slots taken from the shard with one CAS (see
     /// `slots::free`): the first of a chain through their `link`, `NIL` if none.
     pub(crate) chain: u32,

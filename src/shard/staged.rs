@@ -140,9 +140,10 @@ impl<T> Shard<T> {
     /// its line is here, wherever the reaper left it), or one from the shard.
     #[inline]
     fn take_slot(&self, held: &mut Held) -> Option<(u32, Slot<'_, T>)> {
-        if let Some(index) = held.free.pop() {
-            // SAFETY: a free slot the stage kept is its owner's, which keeps its chunk.
-            return unsafe { self.slots.owned(index) }.map(|slot| (index, slot));
+        if let Some((index, raw)) = held.free.pop() {
+            // SAFETY: a free slot the stage kept is its owner's, which keeps its chunk, and
+            // its addresses are of a slot of this shard's (the stage's).
+            return Some((index, unsafe { Slot::from_raw(raw) }));
         }
         if held.chain == NIL && !self.take_batch(held) {
             // The shard has no free slot: a new one.
@@ -474,7 +475,7 @@ impl<T> Shard<T> {
                 if free {
                     let chain = std::mem::replace(&mut held.chain, NIL);
                     self.slots.give_chain(chain, freed);
-                    for index in held.free.drain(..) {
+                    for (index, _) in held.free.drain(..) {
                         held.chunks.gave(index);
                         self.slots.keep(index, self.slot(index), freed);
                     }

@@ -184,7 +184,7 @@ impl<T> Shard<T> {
             false
         };
         if kept {
-            held.free.push(index);
+            held.free.push((index, slot.raw()));
         } else {
             held.chunks.gave(index);
         }
