@@ -275,7 +275,7 @@ impl<T: Send + 'static> Scheduler<T> {
             // Built before a fork: its reapers stayed in the parent (see `global`).
             return Err(ScheduleError::Shutdown(payload));
         }
-        let scheduled = producer(|producer| {
+        producer(|producer| {
             let shard = producer.shard(self.shards.len());
             let on = &self.shards[shard];
             let found = producer.stage(self.id, shard);
@@ -294,17 +294,18 @@ impl<T: Send + 'static> Scheduler<T> {
             if producer.count_and_look() {
                 self.look_for_waiting_reaper(on);
             }
-            // The handle is made here, so that what leaves the closure on success is one
-            // word: a slot and a generation, written to the stack as two halves and read
-            // back as one word, made that read wait for the two stores to reach the cache
-            // (the schedule's hottest instruction under perf).
-            scheduled.map(|(slot, generation)| self.handles.handle(shard, slot, generation))
-        });
-        match scheduled {
-            Ok(handle) => Ok(handle),
-            Err(Refused::Full(payload)) => Err(ScheduleError::Full(payload)),
-            Err(Refused::Closed(payload)) => Err(ScheduleError::Shutdown(payload)),
-        }
+            // The result is made here, handle and all, so that what leaves the closure is
+            // the caller's return value: a slot and a generation leaving it, written to the
+            // stack as two halves and read back as one word, made that read wait for the
+            // two stores to reach the cache (the schedule's hottest instruction under
+            // perf); and an intermediate result leaving it was stored, reloaded and
+            // matched again on the way out.
+            match scheduled {
+                Ok((slot, generation)) => Ok(self.handles.handle(shard, slot, generation)),
+                Err(Refused::Full(payload)) => Err(ScheduleError::Full(payload)),
+                Err(Refused::Closed(payload)) => Err(ScheduleError::Shutdown(payload)),
+            }
+        })
     }
 
     /// A producer's periodic look (see `LOOK_EVERY`): if the reaper pinned to the CPU the

@@ -24,7 +24,7 @@ use crate::clock;
 use crate::due::Due;
 use crate::slab::NIL;
 use crate::slots::{self, Freed, PENDING, STAGED, Slot};
-use crate::stage::{Held, Leave, STAGE_LEN, Stage, Take};
+use crate::stage::{Held, Leave, STAGE_LEN, Stage, Staged, Take};
 use crate::sync::{Ordering, thread};
 #[cfg(loom)]
 use loom::sync::MutexGuard;
@@ -37,8 +37,8 @@ use std::sync::{Arc, PoisonError};
 #[derive(Debug, Default)]
 pub(super) struct Registry {
     new: Vec<Arc<Stage>>,
-    /// Batches of staged timers (slot numbers) handed over by their owners.
-    handed: Vec<Vec<u32>>,
+    /// Batches of staged timers handed over by their owners.
+    handed: Vec<Vec<Staged>>,
     /// Batches of cancels (slot numbers) handed over by their owners.
     cancels: Vec<Vec<u32>>,
     /// Every stage whose owner has not let go: their counts are the shard's.
@@ -106,7 +106,7 @@ impl<T> Shard<T> {
         let len = unsafe {
             stage.with(|held| {
                 slot.link.store(held.staged.len() as u32, Ordering::Relaxed);
-                held.staged.push(index);
+                held.staged.push(Staged::new(index, &slot.link));
                 held.staged.len()
             })
         };
@@ -140,9 +140,10 @@ impl<T> Shard<T> {
     /// its line is here, wherever the reaper left it), or one from the shard.
     #[inline]
     fn take_slot(&self, held: &mut Held) -> Option<(u32, Slot<'_, T>)> {
-        if let Some(index) = held.free.pop() {
-            // SAFETY: a free slot the stage kept is its owner's, which keeps its chunk.
-            return unsafe { self.slots.owned(index) }.map(|slot| (index, slot));
+        if let Some((index, raw)) = held.free.pop() {
+            // SAFETY: a free slot the stage kept is its owner's, which keeps its chunk, and
+            // its addresses are of a slot of this shard's (the stage's).
+            return Some((index, unsafe { Slot::from_raw(raw) }));
         }
         if held.chain == NIL && !self.take_batch(held) {
             // The shard has no free slot: a new one.
@@ -238,35 +239,27 @@ impl<T> Shard<T> {
         self.wakeup.wake_for(deadline);
     }
 
-    /// The owner gives its stage back, handing its timers over first if the reaper asked
-    /// (before it left, or as it left: then it enters again, unless the reaper took the
-    /// stage meanwhile, which collects the timers itself).
+    /// The owner gives its stage back, and hands its timers over if the reaper asked for
+    /// them (see `Stage::leave`).
     #[inline]
     pub(super) fn leave(&self, stage: &Stage) {
-        let left = stage.leave();
-        if left != Leave::Left {
-            self.leave_asked(stage, left);
+        if stage.leave() == Leave::Asked {
+            self.leave_asked(stage);
         }
     }
 
-    /// `leave`, once the reaper asked for the timers (`left` says when, see `Stage::leave`).
+    /// `leave`, once the reaper asked for the timers: the owner enters again, hands them
+    /// over and answers, unless the reaper took the stage meanwhile (it collects the
+    /// timers itself then).
     #[cold]
     #[inline(never)]
-    fn leave_asked(&self, stage: &Stage, mut left: Leave) {
-        loop {
-            match left {
-                Leave::Left => return,
-                Leave::Asked => {
-                    self.hand_over(stage);
-                    stage.answer();
-                }
-                Leave::AskedAfter => {
-                    if !stage.try_own() {
-                        return;
-                    }
-                }
+    fn leave_asked(&self, stage: &Stage) {
+        while stage.try_own() {
+            self.hand_over(stage);
+            stage.answer();
+            if stage.leave() == Leave::Left {
+                return;
             }
-            left = stage.leave();
         }
     }
 
@@ -280,8 +273,8 @@ impl<T> Shard<T> {
             stage.with(|held| {
                 let room = held.staged.len();
                 let batch = std::mem::replace(&mut held.staged, Vec::with_capacity(room));
-                for &index in &batch {
-                    held.chunks.gave(index);
+                for staged in &batch {
+                    held.chunks.gave(staged.index);
                 }
                 let room = held.cancels.len();
                 let cancels = std::mem::replace(&mut held.cancels, Vec::with_capacity(room));
@@ -430,7 +423,7 @@ impl<T> Shard<T> {
         &self,
         due: &mut Due,
         freed: &mut Freed,
-        handed: Vec<Vec<u32>>,
+        handed: Vec<Vec<Staged>>,
         between: &mut dyn FnMut(&mut Due, &mut Freed),
     ) -> u64 {
         let mut arrived = 0;
@@ -442,9 +435,9 @@ impl<T> Shard<T> {
             // misses overlap.
             for at in (0..batch.len()).rev() {
                 if let Some(ahead) = at.checked_sub(PREFETCH_AHEAD) {
-                    self.slots.prefetch(batch[ahead]);
+                    self.slots.prefetch(batch[ahead].index);
                 }
-                let index = batch[at];
+                let index = batch[at].index;
                 self.arrive_slot(due, index, self.slot(index), freed);
             }
             between(due, freed);
@@ -482,7 +475,7 @@ impl<T> Shard<T> {
                 if free {
                     let chain = std::mem::replace(&mut held.chain, NIL);
                     self.slots.give_chain(chain, freed);
-                    for index in held.free.drain(..) {
+                    for (index, _) in held.free.drain(..) {
                         held.chunks.gave(index);
                         self.slots.keep(index, self.slot(index), freed);
                     }
@@ -490,7 +483,7 @@ impl<T> Shard<T> {
                 let arrived = held.staged.len() as u64;
                 // Newest first, as the inbox hands them over: timers overdue by the same
                 // pass then fire oldest first.
-                for index in held.staged.drain(..).rev() {
+                for Staged { index, .. } in held.staged.drain(..).rev() {
                     held.chunks.gave(index);
                     self.arrive_slot(due, index, self.slot(index), freed);
                 }

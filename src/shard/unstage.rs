@@ -64,7 +64,7 @@ impl<T> Shard<T> {
         // Relaxed: a staged slot's place, written by this thread; for a slot not staged
         // here, whatever the link holds fails the check (see `unstage`).
         let place = slot.link.load(Ordering::Relaxed) as usize;
-        if held.staged.get(place) != Some(&index) {
+        if held.staged.get(place).map(|staged| staged.index) != Some(index) {
             return None;
         }
         // AcqRel on success, Relaxed on failure: as `cancel_pending`'s CAS, from the one
@@ -153,7 +153,7 @@ impl<T> Shard<T> {
         // slot is no longer in this stage, the check below fails: a slot is in one stage at
         // most, only the owner puts it there, and it is not staging now.
         let place = slot.link.load(Ordering::Relaxed) as usize;
-        if held.staged.get(place) != Some(&index) {
+        if held.staged.get(place).map(|staged| staged.index) != Some(index) {
             return None;
         }
         // Acquire: pairs with the reaper's Release as it clears `QUEUED`, after its last
@@ -170,7 +170,7 @@ impl<T> Shard<T> {
     /// `unstage`'s work once checked: slot `index` of generation `generation` is at
     /// `place` in the stage whose contents are `held`, cancelled, with no change or reset
     /// on it. Takes its payload and frees the slot as `unstage` says.
-    #[inline]
+    #[inline(always)]
     fn unstage_cancelled(&self, held: &mut Held, index: u32, slot: Slot<'_, T>, place: usize, generation: u32) -> T {
         // SAFETY: the slot is staged here, so no reaper has seen it, and it is cancelled
         // with no change or reset on it (the caller checked): nobody else takes its
@@ -184,27 +184,17 @@ impl<T> Shard<T> {
             false
         };
         if kept {
-            held.free.push(index);
+            held.free.push((index, slot.raw()));
         } else {
             held.chunks.gave(index);
         }
         held.staged.swap_remove(place);
-        if let Some(&moved) = held.staged.get(place) {
-            // Relaxed: as above.
-            self.staged_slot(moved)
-                .link
-                .store(place as u32, Ordering::Relaxed);
+        if let Some(moved) = held.staged.get(place) {
+            // SAFETY: the moved timer is staged in the stage the caller holds.
+            unsafe { moved.set_place(place) };
         }
         // The stage's earliest deadline stays, even if the stage is now empty (see
         // `Stage::min`).
         payload
-    }
-
-    /// A slot in a stage held by the caller. (Inline, as the owner's steps that use it: a
-    /// call from the user's crate into this one is never inlined otherwise, see `stage`.)
-    #[inline]
-    fn staged_slot(&self, index: u32) -> Slot<'_, T> {
-        // SAFETY: a staged slot is pending or cancelled, never free, so its chunk stays.
-        unsafe { self.slots.owned(index) }.expect("staged slots are installed")
     }
 }
