@@ -48,7 +48,9 @@
 
 mod chunk;
 mod free;
+mod raw;
 mod shrink;
+pub(crate) use raw::RawSlot;
 #[cfg(test)]
 mod tests;
 
@@ -62,7 +64,7 @@ use free::Chain;
 use shrink::Shrink;
 use std::marker::PhantomData;
 use std::mem::MaybeUninit;
-use std::ptr::{self, NonNull};
+use std::ptr;
 use std::sync::Arc;
 
 /// Slot states, in the low bits of the state word.
@@ -173,21 +175,6 @@ impl<T> std::ops::Deref for Slot<'_, T> {
     }
 }
 
-/// A slot's addresses with its payload's type left out, for a stage to keep the slots
-/// its owner freed (see `stage::Held::free`) and take one again without locating it from
-/// its index (the chunk, its pointer's load and check, the three offsets: some twenty
-/// instructions on every schedule that reuses a slot).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct RawSlot {
-    state: NonNull<AtomicU32>,
-    change_link: NonNull<AtomicU32>,
-    body: NonNull<u8>,
-}
-
-// SAFETY: the pointers are followed only by `Slot::from_raw`, under its contract, on
-// whichever thread holds the stage that keeps them; elsewhere they are not read.
-unsafe impl Send for RawSlot {}
-
 impl<'a, T> Slot<'a, T> {
     fn new(control: &'a Control, change_link: &'a AtomicU32, body: &'a Body<T>) -> Self {
         Slot {
@@ -195,39 +182,6 @@ impl<'a, T> Slot<'a, T> {
             change_link,
             body,
         }
-    }
-
-    /// The slot's addresses, to find it again with `from_raw`.
-    #[inline]
-    pub(crate) fn raw(self) -> RawSlot {
-        RawSlot {
-            state: NonNull::from(self.state),
-            change_link: NonNull::from(self.change_link),
-            body: NonNull::from(self.body).cast(),
-        }
-    }
-
-    /// The slot whose addresses `raw` are.
-    ///
-    /// # Safety
-    ///
-    /// `raw` came from `raw` of a slot of the same `Slots<T>` (so its body is a `Body<T>`),
-    /// and that slot's chunk lives for `'a` (as `Slots::owned` requires: the slot, or
-    /// another of its chunk, is the caller's).
-    #[inline]
-    pub(crate) unsafe fn from_raw(raw: RawSlot) -> Self {
-        // SAFETY: the addresses are a live slot's (the caller's contract), whose body is a
-        // `Body<T>`; all three are shared references to atomics and cells, as `slot_at`
-        // makes them.
-        let slot = unsafe {
-            Slot {
-                state: raw.state.as_ref(),
-                change_link: raw.change_link.as_ref(),
-                body: raw.body.cast::<Body<T>>().as_ref(),
-            }
-        };
-        slot.check_live();
-        slot
     }
 
     /// Under loom, fails the model if the slot's chunk was freed: a read of the flag that

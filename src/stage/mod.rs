@@ -63,7 +63,9 @@ use crate::barrier;
 use crate::slab::NIL;
 use crate::slots::{CHUNKS, RawSlot, chunk_of};
 use crate::sync::{AtomicBool, AtomicU32, AtomicU64, Ordering, UnsafeCell};
-use std::ptr::NonNull;
+
+mod staged;
+pub(crate) use staged::Staged;
 
 /// Timers a stage holds before its owner hands them over (2 under loom, so that a model
 /// of a few timers fills it).
@@ -159,50 +161,6 @@ pub(crate) struct Held {
     /// How many of the staged and the free slots lie in each chunk of the shard's slots
     /// (the chain's are counted as they are taken from it).
     pub(crate) chunks: Chunks,
-}
-
-/// A timer in a stage: its slot, and a pointer to the slot's `link`, where it keeps its
-/// place in the stage. The owner that takes a timer out of its stage moves the last one
-/// into the gap and writes that one's new place through the pointer, rather than locate
-/// its slot again from the index (a chunk lookup and some twenty instructions on every
-/// cancel of a staged timer). Only the holder of the stage writes through it; once
-/// handed over, only the index is used.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Staged {
-    pub(crate) index: u32,
-    link: NonNull<AtomicU32>,
-}
-
-// SAFETY: the pointer is dereferenced only by the holder of the stage the entry is in (see
-// `set_place`), whichever thread that is; elsewhere the entry is an index.
-unsafe impl Send for Staged {}
-
-impl Staged {
-    /// The timer in slot `index`, whose `link` is `link`.
-    #[inline]
-    pub(crate) fn new(index: u32, link: &AtomicU32) -> Self {
-        Staged {
-            index,
-            link: NonNull::from(link),
-        }
-    }
-
-    /// Records `place` as the timer's place in its stage, in its slot's `link`.
-    ///
-    /// # Safety
-    ///
-    /// The caller holds the stage this entry is in: the slot is staged there, so it is
-    /// pending or cancelled, never free, and its chunk, which cannot be given back while
-    /// one of its slots is not free, holds the `link` (see `slots::shrink`).
-    #[inline]
-    pub(crate) unsafe fn set_place(&self, place: usize) {
-        // SAFETY: the link lives (the caller's contract), and is an atomic: a shared
-        // reference to it is all a store needs.
-        let link = unsafe { self.link.as_ref() };
-        // Relaxed: the stage's holder alone reads a staged slot's place, published to the
-        // next holder with the stage's Acquire and Release.
-        link.store(place as u32, Ordering::Relaxed);
-    }
 }
 
 impl Default for Held {
