@@ -498,15 +498,21 @@ fn batches_stack_up_and_come_off_newest_first() {
 /// them (it did, and their chunk could never be given back again).
 #[test]
 fn slots_pushed_back_on_the_spare_stack_after_a_shrink_reach_the_next() {
-    // A first shrink, sorted until the spare stack's top batch is below its limit.
+    // A first shrink, sorted until the spare stack's top batch is below its limit. A pass
+    // sorts for `SORT_TIME` (at least 256 slots): on a loaded machine that takes hundreds
+    // of passes, so the loop waits for the state rather than counting passes (a bound of
+    // 100 passes made this test fail under load).
     let (slots, mut freed, early) = a_shrink_begun_with_a_twentieth_pending();
     let limit = freed.shrink.as_ref().unwrap().limit;
-    for _ in 0..100 {
+    let below_limit = |slots: &Slots<u64>| {
         let top = slots.spare.load(Ordering::Relaxed) as u32;
-        if top == NIL || top < limit {
-            break;
-        }
-        slots.shrink(&mut freed, early);
+        top == NIL || top < limit
+    };
+    while !below_limit(&slots) {
+        assert!(
+            slots.shrink(&mut freed, early),
+            "the shrink stopped with the spare stack's top above its limit"
+        );
     }
     // A producer's `take` takes a batch...
     let first = slots.take_batch(&slots.spare).expect("a batch below the limit");
