@@ -39,7 +39,7 @@ use tokio::sync::mpsc;
 use crate::conn::Conn;
 use crate::keys::bucket_of;
 use crate::queue::Queue;
-use crate::scripts::SCRIPTS;
+use crate::scripts::{Call, SCRIPTS};
 use crate::settle::{Action, Settle};
 use crate::stats::Counters;
 use crate::worker::{Job, Shared, ms};
@@ -214,9 +214,9 @@ pub(crate) fn claim_invocation(
     queue: &crate::queue::Queue,
     shard: u32,
     limits: &ClaimLimits,
-) -> redis::ScriptInvocation<'static> {
+) -> Call {
     let keys = queue.keys(shard);
-    let mut invocation = SCRIPTS.claim.prepare_invoke();
+    let mut invocation = Call::new(&SCRIPTS.claim);
     invocation
         .key(&keys.due)
         .key(&keys.lease)

@@ -101,11 +101,11 @@ impl ShardKeys {
         }
     }
 
-    /// An invocation of `script` with the `KEYS` the scripts that settle or change jobs
+    /// A call of `script` with the `KEYS` the scripts that settle or change jobs
     /// take: due, lease, tok, dead, att, held (`claim` takes `seq` among its keys, and
     /// builds its own).
-    pub(crate) fn invoke<'s>(&self, script: &'s redis::Script) -> redis::ScriptInvocation<'s> {
-        let mut invocation = script.prepare_invoke();
+    pub(crate) fn invoke(&self, script: &'static redis::Script) -> crate::scripts::Call {
+        let mut invocation = crate::scripts::Call::new(script);
         invocation
             .key(&self.due)
             .key(&self.lease)

@@ -18,7 +18,7 @@ use crate::conn::Conn;
 use crate::error::Error;
 use crate::job::{Cancelled, Counts, JobState, Rescheduled, When, check_id, unix_ms};
 use crate::keys::{ShardKeys, bucket_of, shard_of};
-use crate::scripts::SCRIPTS;
+use crate::scripts::{Call, SCRIPTS};
 use crate::worker::ms;
 
 /// Jobs per script call in [`Queue::schedule_many`] and the worker's settles: bounds the time
@@ -238,7 +238,7 @@ impl Queue {
             let keys = self.keys((group / 2) as u32);
             let mode = if group % 2 == 0 { "d" } else { "a" };
             for chunk in indices.chunks(BATCH) {
-                let mut invocation = SCRIPTS.schedule.prepare_invoke();
+                let mut invocation = Call::new(&SCRIPTS.schedule);
                 invocation
                     .key(&keys.due)
                     .arg(&keys.payload_prefix)
@@ -276,9 +276,9 @@ impl Queue {
         Ok(stored)
     }
 
-    /// An invocation of `script` (cancel, reschedule, status) for job `id`: its shard's keys,
+    /// A call of `script` (cancel, reschedule, status) for job `id`: its shard's keys,
     /// then the payload hash that holds it and the id.
-    fn invoke_one<'s>(&self, script: &'s redis::Script, id: &str) -> redis::ScriptInvocation<'s> {
+    fn invoke_one(&self, script: &'static redis::Script, id: &str) -> Call {
         let keys = self.keys(self.shard(id));
         let bucket = bucket_of(id.as_bytes(), self.inner.shards, self.inner.buckets);
         let mut invocation = keys.invoke(script);

@@ -487,3 +487,25 @@ async fn user_mistakes_are_errors() {
         Err(crate::Error::InvalidConfig(_))
     ));
 }
+
+/// A script's call loads the script when the server has none (a server restarted without
+/// its scripts, a new cluster node: here `SCRIPT FLUSH`) and runs it.
+#[tokio::test]
+async fn a_call_loads_its_script_on_a_server_that_has_none() {
+    let server = support::Server::start();
+    let queue = queue(&server, "n").await;
+    queue
+        .schedule("n-1", Duration::from_secs(60), b"kept")
+        .await
+        .unwrap();
+    let () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut queue.conn())
+        .await
+        .unwrap();
+    let (state, payload) = queue.status("n-1").await.unwrap().expect("scheduled");
+    assert!(matches!(state, JobState::Pending { attempts: 0, .. }));
+    assert_eq!(payload, b"kept");
+    // Loaded now: the next call finds it.
+    assert!(queue.status("n-2").await.unwrap().is_none());
+}

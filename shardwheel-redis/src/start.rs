@@ -39,13 +39,13 @@
 
 use std::time::{Duration, Instant};
 
-use redis::{ScriptInvocation, Value};
+use redis::Value;
 use shardwheel::Timer;
 use tokio::sync::mpsc;
 
 use crate::claim::{ClaimBase, Claimed, Record, insert};
 use crate::queue::{BATCH, Queue};
-use crate::scripts::SCRIPTS;
+use crate::scripts::{Call, SCRIPTS};
 use crate::settle::Settle;
 use crate::stats::Counters;
 use crate::worker::{Shared, ms};
@@ -131,12 +131,8 @@ const WHOLE: usize = 8;
 /// times), or, for [`WHOLE`] jobs a batch or more, its count of batches negated, each batch's
 /// token and job count, then the jobs' pairs. A shard or batch whose jobs are not next to
 /// each other is sent as several. The results come in the order of `jobs`.
-pub(crate) fn invocation(
-    queue: &Queue,
-    lease_ms: u64,
-    jobs: &[StartRow<'_>],
-) -> ScriptInvocation<'static> {
-    let mut invocation = SCRIPTS.start.prepare_invoke();
+pub(crate) fn invocation(queue: &Queue, lease_ms: u64, jobs: &[StartRow<'_>]) -> Call {
+    let mut invocation = Call::new(&SCRIPTS.start);
     let dues = jobs.iter().map(|&(_, _, _, due_ms, _)| due_ms);
     let earliest = dues.clone().min().unwrap_or(0);
     let latest = dues.max().unwrap_or(0);
