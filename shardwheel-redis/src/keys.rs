@@ -105,15 +105,15 @@ impl ShardKeys {
     /// take: due, lease, tok, dead, att, held (`claim` takes `seq` among its keys, and
     /// builds its own).
     pub(crate) fn invoke(&self, script: &'static redis::Script) -> crate::scripts::Call {
-        let mut invocation = crate::scripts::Call::new(script);
-        invocation
-            .key(&self.due)
-            .key(&self.lease)
-            .key(&self.tok)
-            .key(&self.dead)
-            .key(&self.att)
-            .key(&self.held);
-        invocation
+        let keys = [
+            &self.due,
+            &self.lease,
+            &self.tok,
+            &self.dead,
+            &self.att,
+            &self.held,
+        ];
+        crate::scripts::Call::new(script, &keys.map(String::as_str))
     }
 }
 

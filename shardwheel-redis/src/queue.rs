@@ -238,9 +238,8 @@ impl Queue {
             let keys = self.keys((group / 2) as u32);
             let mode = if group % 2 == 0 { "d" } else { "a" };
             for chunk in indices.chunks(BATCH) {
-                let mut invocation = Call::new(&SCRIPTS.schedule);
+                let mut invocation = Call::new(&SCRIPTS.schedule, &[&keys.due]);
                 invocation
-                    .key(&keys.due)
                     .arg(&keys.payload_prefix)
                     .arg(mode)
                     .arg(&self.inner.channel)

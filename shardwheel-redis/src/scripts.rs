@@ -10,7 +10,7 @@
 //! 7): it is neither written to the AOF nor replicated.
 //! A [`Call`] sends `EVALSHA` and loads the script on a `NOSCRIPT` reply, so a restarted
 //! server or a new cluster node is served transparently. It writes its keys and arguments
-//! into two buffers, where `redis::ScriptInvocation` allocates one `Vec` an argument: a
+//! into one buffer, where `redis::ScriptInvocation` allocates one `Vec` an argument: a
 //! start check or a settle call of 512 jobs has some 2,000 arguments, and a worker's time
 //! in a burst went more to `malloc` and `free` than to anything else (perf, D2).
 //! Every script starts from the server's `TIME`: no client clock decides when a job is due.
@@ -18,9 +18,7 @@
 use std::sync::LazyLock;
 
 use redis::aio::ConnectionLike;
-use redis::{
-    Arg, Cmd, ErrorKind, FromRedisValue, RedisResult, Script, ServerErrorKind, ToRedisArgs,
-};
+use redis::{Cmd, ErrorKind, FromRedisValue, RedisResult, Script, ServerErrorKind, ToRedisArgs};
 
 const HELD: &str = include_str!("lua/held.lua");
 const REVOKE: &str = include_str!("lua/revoke.lua");
@@ -54,54 +52,36 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     start: Script::new(include_str!("lua/start.lua")),
 });
 
-/// A prepared call of a script: its keys and arguments, each group written into one
-/// buffer as it comes (a call may give them in any order: `start.lua`'s keys come shard by
-/// shard between its arguments).
+/// A prepared call of a script: `EVALSHA`, its keys and its arguments, written into one
+/// command buffer as they come (the keys first, all at once, as `EVALSHA` counts them).
 pub(crate) struct Call {
     script: &'static Script,
-    keys: Cmd,
-    args: Cmd,
+    eval: Cmd,
 }
 
 impl Call {
-    pub(crate) fn new(script: &'static Script) -> Self {
-        Call {
-            script,
-            keys: Cmd::new(),
-            args: Cmd::new(),
-        }
-    }
-
-    /// Adds a key (`KEYS[n]`, in order).
-    pub(crate) fn key<T: ToRedisArgs>(&mut self, key: T) -> &mut Self {
-        self.keys.arg(key);
-        self
+    /// A call of `script` with `keys` (`KEYS`, in order).
+    pub(crate) fn new(script: &'static Script, keys: &[&str]) -> Self {
+        let mut eval = redis::cmd("EVALSHA");
+        eval.arg(script.get_hash()).arg(keys.len()).arg(keys);
+        Call { script, eval }
     }
 
     /// Adds an argument (`ARGV[n]`, in order).
     pub(crate) fn arg<T: ToRedisArgs>(&mut self, arg: T) -> &mut Self {
-        self.args.arg(arg);
+        self.eval.arg(arg);
         self
     }
 
-    /// Runs the script (`EVALSHA`, loading it first if the server says it does not have it).
+    /// Runs the script, loading it first if the server says it does not have it.
     pub(crate) async fn invoke_async<T: FromRedisValue>(
         &self,
         conn: &mut impl ConnectionLike,
     ) -> RedisResult<T> {
-        let keys = self.keys.args_iter().count();
-        let mut eval = redis::cmd("EVALSHA");
-        eval.arg(self.script.get_hash()).arg(keys);
-        for arg in self.keys.args_iter().chain(self.args.args_iter()) {
-            // Both are built by `arg` only: every argument is whole (no cursor).
-            if let Arg::Simple(bytes) = arg {
-                eval.arg(bytes);
-            }
-        }
-        match eval.query_async(conn).await {
+        match self.eval.query_async(conn).await {
             Err(error) if error.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
                 self.script.load_async(conn).await?;
-                eval.query_async(conn).await
+                self.eval.query_async(conn).await
             }
             reply => reply,
         }

@@ -132,18 +132,28 @@ const WHOLE: usize = 8;
 /// token and job count, then the jobs' pairs. A shard or batch whose jobs are not next to
 /// each other is sent as several. The results come in the order of `jobs`.
 pub(crate) fn invocation(queue: &Queue, lease_ms: u64, jobs: &[StartRow<'_>]) -> Call {
-    let mut invocation = Call::new(&SCRIPTS.start);
+    // Each group: its shard's jobs next to each other, and whether it goes by batch.
+    let groups = jobs.chunk_by(|a, b| a.0 == b.0).map(|group| {
+        let batches = group.chunk_by(|a, b| a.2 == b.2);
+        let count = batches.clone().count();
+        (group, batches, count, group.len() >= WHOLE * count)
+    });
+    let mut names = Vec::new();
+    for (group, _, _, whole) in groups.clone() {
+        let keys = queue.keys(group[0].0);
+        names.extend([keys.tok.as_str(), keys.lease.as_str()]);
+        if whole {
+            names.push(keys.held.as_str());
+        }
+    }
+    let mut invocation = Call::new(&SCRIPTS.start, &names);
     let dues = jobs.iter().map(|&(_, _, _, due_ms, _)| due_ms);
     let earliest = dues.clone().min().unwrap_or(0);
     let latest = dues.max().unwrap_or(0);
     invocation.arg(lease_ms).arg(earliest).arg(latest);
-    for group in jobs.chunk_by(|a, b| a.0 == b.0) {
-        let keys = queue.keys(group[0].0);
-        invocation.key(&keys.tok).key(&keys.lease);
-        let batches = group.chunk_by(|a, b| a.2 == b.2);
-        let count = batches.clone().count();
-        if group.len() >= WHOLE * count {
-            invocation.key(&keys.held).arg(-(count as i64));
+    for (group, batches, count, whole) in groups {
+        if whole {
+            invocation.arg(-(count as i64));
             for batch in batches {
                 invocation.arg(batch[0].2).arg(batch.len());
             }
