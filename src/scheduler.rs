@@ -276,9 +276,12 @@ impl<T: Send + 'static> Scheduler<T> {
         deadline: u64,
         payload: T,
     ) -> Result<TimerHandle, ScheduleError<T>> {
+        // Kept from being dropped on an unwind until the schedule takes it (see
+        // `Shard::schedule_kept`).
+        let payload = ManuallyDrop::new(payload);
         if self.forks != crate::global::forks() {
             // Built before a fork: its reapers stayed in the parent (see `global`).
-            return Err(ScheduleError::Shutdown(payload));
+            return Err(ScheduleError::Shutdown(ManuallyDrop::into_inner(payload)));
         }
         let producer = producer();
         let shard = producer.shard(self.shards.len());
@@ -292,8 +295,11 @@ impl<T: Send + 'static> Scheduler<T> {
         // thread with none yet registers one out of line, so that the common path carries
         // no drop flag for a stage it might have registered.
         match producer.stage(self.id, shard) {
-            Some(stage) => self.handle_of(shard, on.schedule_staged(&stage, deadline, payload)),
-            None => self.schedule_registering(producer, shard, on, deadline, payload),
+            Some(stage) => self.handle_of(shard, on.schedule_kept(&stage, deadline, payload)),
+            None => {
+                let payload = ManuallyDrop::into_inner(payload);
+                self.schedule_registering(producer, shard, on, deadline, payload)
+            }
         }
     }
 
