@@ -16,6 +16,7 @@ use crate::shard::{Refused, Shard};
 use crate::stage::Stage;
 use std::cell::{Cell, Ref, RefCell};
 use std::mem::ManuallyDrop;
+use std::ptr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -93,13 +94,11 @@ struct Exit;
 
 impl Drop for Exit {
     fn drop(&mut self) {
-        producer(|producer| {
-            // Nothing holds the list while thread-local destructors run one after the
-            // other; were it held, its stages would stay (a leak, not a fault).
-            if let Ok(mut stages) = producer.stages.try_borrow_mut() {
-                drop(std::mem::take(&mut **stages));
-            }
-        });
+        // Nothing holds the list while thread-local destructors run one after the other;
+        // were it held, its stages would stay (a leak, not a fault).
+        if let Ok(mut stages) = producer().stages.try_borrow_mut() {
+            drop(std::mem::take(&mut **stages));
+        }
     }
 }
 
@@ -116,14 +115,21 @@ impl Drop for Staging {
     }
 }
 
-/// Runs `f` with this thread's record as a producer.
+/// This thread's record as a producer. A reference rather than a closure run with it: a
+/// schedule's closure owned the payload, so it was built on the stack (to be dropped were
+/// the access to fail), and its result was copied out of it on the way back.
 #[inline]
-fn producer<R>(f: impl FnOnce(&Producer) -> R) -> R {
+fn producer() -> &'static Producer {
     // `try_with`, which is `#[inline]` (`with` is not, and a call to it reaches the record
     // through a function pointer); it cannot fail, as the record has no destructor.
-    PRODUCER
-        .try_with(f)
-        .expect("a thread-local without a destructor is always there")
+    let record = PRODUCER
+        .try_with(ptr::from_ref)
+        .expect("a thread-local without a destructor is always there");
+    // SAFETY: the record has no destructor (see `PRODUCER`), so its storage is never
+    // torn down while the thread runs, destructors of other thread-locals included: it
+    // lives until the thread's end. A `&Producer` cannot leave the thread (`Producer` is
+    // not `Sync`: its cells), so no reference outlives it.
+    unsafe { &*record }
 }
 
 impl Producer {
@@ -200,10 +206,9 @@ impl Producer {
 /// from now on, rather than on the next shard in turn: a reaper keeps to its own, so that
 /// a callback's timers stay on its core and the producers' turns stay spread.
 pub(crate) fn keep_to_shard(index: usize) {
-    producer(|producer| {
-        producer.turn.set(Some(index));
-        producer.home.set((0, 0));
-    });
+    let producer = producer();
+    producer.turn.set(Some(index));
+    producer.home.set((0, 0));
 }
 
 impl<T: Send + 'static> Scheduler<T> {
@@ -245,7 +250,11 @@ impl<T: Send + 'static> Scheduler<T> {
         }
     }
 
-    /// The deadline of a timer `delay` from now, by this timer's clock.
+    /// The deadline of a timer `delay` from now, by this timer's clock. Inlined, as are
+    /// the schedules that call it (`Timer::insert`, `Timer::insert_within`): its call
+    /// (frame, saved registers) cost some twenty instructions a schedule; inlined alone, it
+    /// made its caller too big to be inlined in turn, which cost more.
+    #[inline]
     pub(crate) fn deadline_after(&self, delay: Duration) -> u64 {
         let now = match self.manual_elapsed {
             None => self.clock.elapsed_ceiling(),
@@ -271,41 +280,69 @@ impl<T: Send + 'static> Scheduler<T> {
         deadline: u64,
         payload: T,
     ) -> Result<TimerHandle, ScheduleError<T>> {
+        // Kept from being dropped on an unwind until the schedule takes it (see
+        // `Shard::schedule_kept`).
+        let payload = ManuallyDrop::new(payload);
         if self.forks != crate::global::forks() {
             // Built before a fork: its reapers stayed in the parent (see `global`).
-            return Err(ScheduleError::Shutdown(payload));
+            return Err(ScheduleError::Shutdown(ManuallyDrop::into_inner(payload)));
         }
-        producer(|producer| {
-            let shard = producer.shard(self.shards.len());
-            let on = &self.shards[shard];
-            let found = producer.stage(self.id, shard);
-            let registered;
-            let stage = match &found {
-                Some(stage) => Some(&**stage),
-                None => {
-                    registered = producer.register(self.id, shard, on);
-                    registered.as_deref()
-                }
-            };
-            let scheduled = match stage {
-                Some(stage) => on.schedule_staged(stage, deadline, payload),
-                None => on.schedule(deadline, payload),
-            };
-            if producer.count_and_look() {
-                self.look_for_waiting_reaper(on);
+        let producer = producer();
+        let shard = producer.shard(self.shards.len());
+        let on = &self.shards[shard];
+        // The look comes first: after the schedule, the schedule's result waited across it
+        // on the stack, to be loaded and matched again.
+        if producer.count_and_look() {
+            self.look_for_waiting_reaper(on);
+        }
+        // The stage found is held (the list borrowed) while the timer is staged on it; a
+        // thread with none yet registers one out of line, so that the common path carries
+        // no drop flag for a stage it might have registered.
+        match producer.stage(self.id, shard) {
+            Some(stage) => self.handle_of(shard, on.schedule_kept(&stage, deadline, payload)),
+            None => {
+                let payload = ManuallyDrop::into_inner(payload);
+                self.schedule_registering(producer, shard, on, deadline, payload)
             }
-            // The result is made here, handle and all, so that what leaves the closure is
-            // the caller's return value: a slot and a generation leaving it, written to the
-            // stack as two halves and read back as one word, made that read wait for the
-            // two stores to reach the cache (the schedule's hottest instruction under
-            // perf); and an intermediate result leaving it was stored, reloaded and
-            // matched again on the way out.
-            match scheduled {
-                Ok((slot, generation)) => Ok(self.handles.handle(shard, slot, generation)),
-                Err(Refused::Full(payload)) => Err(ScheduleError::Full(payload)),
-                Err(Refused::Closed(payload)) => Err(ScheduleError::Shutdown(payload)),
-            }
-        })
+        }
+    }
+
+    /// The caller's result of a schedule on shard `shard`, handle and all, made right after
+    /// the schedule, with the stage still held: a slot and a generation passed on, written
+    /// to the stack as two halves and read back as one word, made that read wait for the
+    /// two stores to reach the cache (the schedule's hottest instruction under perf); and
+    /// a result made after the stage's borrow ends was stored, reloaded and matched again
+    /// across it.
+    #[inline(always)]
+    fn handle_of(
+        &self,
+        shard: usize,
+        scheduled: Result<(u32, u32), Refused<T>>,
+    ) -> Result<TimerHandle, ScheduleError<T>> {
+        match scheduled {
+            Ok((slot, generation)) => Ok(self.handles.handle(shard, slot, generation)),
+            Err(Refused::Full(payload)) => Err(ScheduleError::Full(payload)),
+            Err(Refused::Closed(payload)) => Err(ScheduleError::Shutdown(payload)),
+        }
+    }
+
+    /// `insert_due` for a thread with no stage on shard `index` (`on`): registers one and
+    /// stages the timer there, or schedules it straight to the inbox if it cannot have one.
+    #[cold]
+    #[inline(never)]
+    fn schedule_registering(
+        &self,
+        producer: &Producer,
+        index: usize,
+        on: &Shard<T>,
+        deadline: u64,
+        payload: T,
+    ) -> Result<TimerHandle, ScheduleError<T>> {
+        let scheduled = match producer.register(self.id, index, on) {
+            Some(stage) => on.schedule_staged(&stage, deadline, payload),
+            None => on.schedule(deadline, payload),
+        };
+        self.handle_of(index, scheduled)
     }
 
     /// A producer's periodic look (see `LOOK_EVERY`): if the reaper pinned to the CPU the
@@ -339,10 +376,8 @@ impl<T: Send + 'static> Scheduler<T> {
         let Some((shard, named)) = self.shard_of(handle) else {
             return false;
         };
-        producer(|producer| {
-            let stage = producer.stage(self.id, named.shard);
-            shard.cancel_from(stage.as_deref(), named.slot, named.generation)
-        })
+        let stage = producer().stage(self.id, named.shard);
+        shard.cancel_from(stage.as_deref(), named.slot, named.generation)
     }
 
     /// Cancels the timer `handle` names if it still waits in the calling thread's stage,
@@ -351,10 +386,8 @@ impl<T: Send + 'static> Scheduler<T> {
     #[inline]
     pub(crate) fn take_staged(&self, handle: TimerHandle) -> Option<T> {
         let (shard, named) = self.shard_of(handle)?;
-        producer(|producer| {
-            let stage = producer.stage(self.id, named.shard)?;
-            shard.take_staged(&stage, named.slot, named.generation)
-        })
+        let stage = producer().stage(self.id, named.shard)?;
+        shard.take_staged(&stage, named.slot, named.generation)
     }
 
     /// Whether the timer `handle` names is still pending (see `Shard::is_pending`).
@@ -387,10 +420,8 @@ mod tests {
 
     /// The thread's stages.
     fn stages() -> Vec<Arc<Stage>> {
-        producer(|producer| {
-            let list = producer.stages.borrow();
-            list.iter().map(|staging| Arc::clone(&staging.stage)).collect()
-        })
+        let list = producer().stages.borrow();
+        list.iter().map(|staging| Arc::clone(&staging.stage)).collect()
     }
 
     #[test]

@@ -197,6 +197,7 @@ impl<T: Send + 'static> Timer<T> {
     /// timer.advance(Duration::from_millis(5)).unwrap();
     /// assert_eq!(timer.pending(), 0);
     /// ```
+    #[inline]
     pub fn insert_within(
         &self,
         delay: Duration,
@@ -266,6 +267,7 @@ impl<T: Send + 'static> Timer<T> {
 }
 
 /// The deadline of a timer `delay` from now with `slack` of tolerance.
+#[inline]
 fn after<T: Send + 'static>(scheduler: &Scheduler<T>, delay: Duration, slack: Duration) -> u64 {
     scheduler.within(scheduler.deadline_after(delay), clock::nanos(slack))
 }

@@ -342,18 +342,18 @@ impl<T> Shard<T> {
     /// Schedules `payload`, due at `deadline` (nanoseconds since the start); returns its
     /// slot and generation.
     pub fn schedule(&self, deadline: u64, payload: T) -> Result<(u32, u32), Refused<T>> {
-        let payload = self.admit(payload)?;
+        if !self.admit() {
+            return Err(Refused::Full(payload));
+        }
         let scheduled = self.schedule_admitted(deadline, payload)?;
         self.count_scheduled(None);
         Ok(scheduled)
     }
 
     /// Takes a place under the bound for a new timer, if there is one.
-    fn admit(&self, payload: T) -> Result<T, Refused<T>> {
-        if self.bound.as_ref().is_some_and(|bound| !bound.admit()) {
-            return Err(Refused::Full(payload));
-        }
-        Ok(payload)
+    #[inline]
+    fn admit(&self) -> bool {
+        self.bound.as_ref().is_none_or(|bound| bound.admit())
     }
 
     /// `schedule` for a timer `admit` let in: pushes it on the inbox. The caller counts it.

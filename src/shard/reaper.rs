@@ -472,6 +472,8 @@ impl<T> Shard<T> {
 
     /// Runs user code (a callback, or a payload's `Drop`) so that a panic in it is counted
     /// and the reaper goes on. The panic's own payload is dropped under the guard too.
+    /// Inlined, as `discard` is (the panic's handling stays out of line).
+    #[inline(always)]
     pub(super) fn contain(&self, user_code: impl FnOnce()) {
         if let Err(panic) = catch_unwind(AssertUnwindSafe(user_code)) {
             self.panicked.fetch_add(1, Ordering::Relaxed);

@@ -30,6 +30,7 @@ use crate::sync::{Ordering, thread};
 use loom::sync::MutexGuard;
 #[cfg(not(loom))]
 use std::sync::MutexGuard;
+use std::mem::ManuallyDrop;
 use std::sync::{Arc, PoisonError};
 
 /// The stages registered with a shard, and the batches handed over, that its reaper has
@@ -83,19 +84,36 @@ impl<T> Shard<T> {
         deadline: u64,
         payload: T,
     ) -> Result<(u32, u32), Refused<T>> {
-        let payload = self.admit(payload)?;
+        self.schedule_kept(stage, deadline, ManuallyDrop::new(payload))
+    }
+
+    /// `schedule_staged` with the payload in a `ManuallyDrop` until it is written to its
+    /// slot or handed back: a payload to be dropped, were a step on the way to unwind,
+    /// was copied to the stack and back three times on every schedule. Were one to unwind
+    /// (none does, short of the engine's own bug), the payload would be leaked, not
+    /// dropped twice.
+    #[inline(always)]
+    pub(crate) fn schedule_kept(
+        &self,
+        stage: &Stage,
+        deadline: u64,
+        payload: ManuallyDrop<T>,
+    ) -> Result<(u32, u32), Refused<T>> {
+        if !self.admit() {
+            return Err(Refused::Full(ManuallyDrop::into_inner(payload)));
+        }
         if self.wakeup.plans_past(deadline) || !stage.try_own() {
-            return self.schedule_unstaged(stage, deadline, payload);
+            return self.schedule_unstaged(stage, deadline, ManuallyDrop::into_inner(payload));
         }
         // SAFETY: taken just above.
         let taken = unsafe { stage.with(|held| self.take_slot(held)) };
         let Some((index, slot)) = taken else {
-            return self.refuse_staged(stage, payload);
+            return self.refuse_staged(stage, ManuallyDrop::into_inner(payload));
         };
         // Relaxed: the slot is ours (see `schedule_admitted`).
         let (generation, _) = slots::split(slot.state.load(Ordering::Relaxed));
         // SAFETY: the slot was just taken and is not yet published.
-        unsafe { slot.write_payload(payload) };
+        unsafe { slot.write_payload(ManuallyDrop::into_inner(payload)) };
         // Relaxed: the deadline, place and state are published with the stage (its
         // Release), or with the inbox push that hands the stage over.
         slot.deadline.store(deadline, Ordering::Relaxed);

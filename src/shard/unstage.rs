@@ -9,6 +9,7 @@ use super::{Cancelled, Shard};
 use crate::slots::{self, CANCELLED, PENDING, Pin, QUEUED, RESETTING, STAGED, Slot, Slots};
 use crate::stage::{FREE_LEN, Held, Stage};
 use crate::sync::Ordering;
+use std::mem::ManuallyDrop;
 
 impl<T> Shard<T> {
     /// The owner cancelled the timer of generation `generation` in slot `index` while it
@@ -48,10 +49,12 @@ impl<T> Shard<T> {
     #[inline]
     fn take_staged_held(&self, stage: &Stage, held: &mut Held, index: u32, generation: u32) -> Option<T> {
         let slot = self.kept_slot(held, index)?;
-        self.take_staged_slot(stage, held, index, slot, generation)
+        let payload = self.take_staged_slot(stage, held, index, slot, generation)?;
+        Some(ManuallyDrop::into_inner(payload))
     }
 
-    /// `take_staged_held` once slot `index` is looked up.
+    /// `take_staged_held` once slot `index` is looked up; the payload as `unstage_cancelled`
+    /// hands it.
     #[inline]
     fn take_staged_slot(
         &self,
@@ -60,7 +63,7 @@ impl<T> Shard<T> {
         index: u32,
         slot: Slot<'_, T>,
         generation: u32,
-    ) -> Option<T> {
+    ) -> Option<ManuallyDrop<T>> {
         // Relaxed: a staged slot's place, written by this thread; for a slot not staged
         // here, whatever the link holds fails the check (see `unstage`).
         let place = slot.link.load(Ordering::Relaxed) as usize;
@@ -107,7 +110,7 @@ impl<T> Shard<T> {
         };
         if let Some(payload) = taken {
             self.leave(stage);
-            self.discard(payload);
+            self.discard(ManuallyDrop::into_inner(payload));
             return Some(true);
         }
         let payload = match self.cancel_pending(slot, index, generation, Some(stage), true) {
@@ -164,18 +167,24 @@ impl<T> Shard<T> {
             return None;
         }
         debug_assert_ne!(word & STAGED, 0, "only the stage's holder unstages");
-        Some(self.unstage_cancelled(held, index, slot, place, generation))
+        let payload = self.unstage_cancelled(held, index, slot, place, generation);
+        Some(ManuallyDrop::into_inner(payload))
     }
 
     /// `unstage`'s work once checked: slot `index` of generation `generation` is at
     /// `place` in the stage whose contents are `held`, cancelled, with no change or reset
     /// on it. Takes its payload and frees the slot as `unstage` says.
+    ///
+    /// The payload comes back in a `ManuallyDrop`, which the owner's cancel keeps until it
+    /// has left the stage: a payload to be dropped, were leaving to unwind, was copied to
+    /// the stack and back on every cancel (leaving allocates only to hand a full stage
+    /// over; a payload would be leaked, not dropped twice, were that to fail).
     #[inline(always)]
-    fn unstage_cancelled(&self, held: &mut Held, index: u32, slot: Slot<'_, T>, place: usize, generation: u32) -> T {
+    fn unstage_cancelled(&self, held: &mut Held, index: u32, slot: Slot<'_, T>, place: usize, generation: u32) -> ManuallyDrop<T> {
         // SAFETY: the slot is staged here, so no reaper has seen it, and it is cancelled
         // with no change or reset on it (the caller checked): nobody else takes its
         // payload or touches it.
-        let payload = unsafe { slot.take_payload() };
+        let payload = ManuallyDrop::new(unsafe { slot.take_payload() });
         let kept = if held.free.len() < FREE_LEN {
             // False if retired: its generation would wrap.
             Slots::renew(slot, generation)

@@ -31,10 +31,15 @@ pub(crate) fn chunk_of(index: u32) -> usize {
     slab::chunk_of::<FIRST_CHUNK_BITS>(index)
 }
 
-/// Where slot `index` lives: (chunk, offset), in the wheel slab's geometric layout.
+/// Where slot `index` lives: (chunk, offset), in the wheel slab's geometric layout. The
+/// index plus the first chunk's length has its top bit at the chunk's length, and the
+/// offset below it: the offset is that sum with its top bit cleared (some ten
+/// instructions fewer, on every lookup of a slot, than the index less the chunk's first).
+#[inline]
 pub(super) fn locate(index: u32) -> (usize, usize) {
-    let chunk = chunk_of(index);
-    (chunk, index as usize - first_index(chunk) as usize)
+    let shifted = u64::from(index) + (1 << FIRST_CHUNK_BITS);
+    let top = 63 - shifted.leading_zeros();
+    ((top - FIRST_CHUNK_BITS) as usize, (shifted ^ (1 << top)) as usize)
 }
 
 pub(super) fn chunk_len(chunk: usize) -> usize {

@@ -18,6 +18,17 @@ fn state_words_round_trip() {
 }
 
 #[test]
+fn every_slot_is_located_in_its_chunk_at_its_offset_there() {
+    for chunk in 0..CHUNKS {
+        let (first, len) = (first_index(chunk) as usize, chunk_len(chunk));
+        for offset in [0, 1, len / 2, len - 1] {
+            let index = u32::try_from(first + offset).unwrap();
+            assert_eq!(locate(index), (chunk, offset), "slot {index}");
+        }
+    }
+}
+
+#[test]
 fn released_slots_are_reused_with_the_next_generation() {
     let slots: Slots<u8> = Slots::new();
     let (a, slot) = slots.take().unwrap();

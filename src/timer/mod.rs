@@ -283,6 +283,7 @@ impl<T: Send + 'static> Timer<T> {
     /// timer.insert(Duration::from_secs(30), 7).unwrap();
     /// assert_eq!(timer.pending(), 1);
     /// ```
+    #[inline]
     pub fn insert(&self, delay: Duration, payload: T) -> Result<TimerHandle, ScheduleError<T>> {
         self.scheduler
             .insert_due(self.scheduler.deadline_after(delay), payload)
