@@ -229,17 +229,7 @@ pub(crate) fn claim_invocation(
     shard: u32,
     limits: &ClaimLimits,
 ) -> Call {
-    let keys = queue.keys(shard);
-    let names = [
-        &keys.due,
-        &keys.lease,
-        &keys.tok,
-        &keys.dead,
-        &keys.seq,
-        &keys.att,
-        &keys.held,
-    ];
-    let mut invocation = Call::new(&SCRIPTS.claim, &names.map(String::as_str));
+    let mut invocation = Call::new(&SCRIPTS.claim, &queue.keys(shard).claim_keys());
     invocation
         .arg(limits.window_ms)
         .arg(limits.lease_ms)

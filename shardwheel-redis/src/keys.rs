@@ -101,6 +101,21 @@ impl ShardKeys {
         }
     }
 
+    /// The `KEYS` of `claim.lua`, in its order: all of the shard's keys but its payload
+    /// hashes.
+    pub(crate) fn claim_keys(&self) -> [&str; 7] {
+        [
+            &self.due,
+            &self.lease,
+            &self.tok,
+            &self.dead,
+            &self.seq,
+            &self.att,
+            &self.held,
+        ]
+        .map(String::as_str)
+    }
+
     /// A call of `script` with the `KEYS` the scripts that settle or change jobs
     /// take: due, lease, tok, dead, att, held (`claim` takes `seq` among its keys, and
     /// builds its own).
@@ -142,15 +157,7 @@ mod tests {
     #[test]
     fn keys_share_the_shard_hash_tag() {
         let keys = ShardKeys::new("mail", 3);
-        for key in [
-            &keys.due,
-            &keys.lease,
-            &keys.tok,
-            &keys.dead,
-            &keys.seq,
-            &keys.att,
-            &keys.held,
-        ] {
+        for key in keys.claim_keys() {
             assert!(key.starts_with("{mail:3}:"), "{key}");
         }
         assert_eq!(keys.payload_prefix, "{mail:3}:j:");
