@@ -56,6 +56,10 @@ pub(crate) struct Claimed {
     pub(crate) shard: u32,
     pub(crate) token: u64,
     pub(crate) due_ms: i64,
+    /// The start time in its claim's record: `due_ms` less the worker's check ahead.
+    pub(crate) start_ms: i64,
+    /// Its start check passed ahead of its due time: it runs when the timer fires it again.
+    pub(crate) checked: bool,
     pub(crate) job: Job,
 }
 
@@ -103,14 +107,16 @@ fn bytes(value: Value) -> Option<Vec<u8>> {
 }
 
 /// The record `claim.lua` writes for a claimed job in the shard's tok hash,
-/// "token:due:attempt", which `start.lua` compares whole with this one. The due time and
-/// the attempt are the texts the claim returned, and a row is kept only if its numbers
-/// print back as those texts (`parse_claim`), so the two are the same string. Printed
+/// "token:start:attempt", which `start.lua` compares whole with this one. The start time is
+/// the due time less the check ahead (with none, the due time's text as the claim returned
+/// it; with one, that number printed by Lua's `%d`), the attempt the text the claim
+/// returned, and a row is kept only if its numbers print back as those texts
+/// (`parse_claim`), so the two are the same string. Printed
 /// straight into a script's argument, with `itoa` (a start check prints one a job: through
 /// `fmt` it was the worker's costliest step in a burst after the allocations, perf).
 pub(crate) struct Record {
     pub(crate) token: u64,
-    pub(crate) due_ms: i64,
+    pub(crate) start_ms: i64,
     pub(crate) attempt: u32,
 }
 
@@ -119,7 +125,7 @@ impl redis::ToRedisArgs for Record {
         // Room for the longest: 20 + 1 + 20 + 1 + 10 bytes.
         let mut text = [0u8; 52];
         let mut end = 0;
-        let (mut token, mut due, mut attempt) = (
+        let (mut token, mut start, mut attempt) = (
             itoa::Buffer::new(),
             itoa::Buffer::new(),
             itoa::Buffer::new(),
@@ -127,7 +133,7 @@ impl redis::ToRedisArgs for Record {
         let parts = [
             token.format(self.token).as_bytes(),
             b":",
-            due.format(self.due_ms).as_bytes(),
+            start.format(self.start_ms).as_bytes(),
             b":",
             attempt.format(self.attempt).as_bytes(),
         ];
@@ -220,6 +226,8 @@ pub(crate) struct ClaimLimits {
     pub(crate) room: usize,
     pub(crate) batch: usize,
     pub(crate) max_attempts: u32,
+    /// How long before its due time a job's start is checked (`WorkerBuilder::check_ahead`).
+    pub(crate) check_ahead_ms: u64,
 }
 
 /// The `claim` script's call on shard `shard` of `queue` (its `KEYS` and `ARGV` in the
@@ -237,7 +245,8 @@ pub(crate) fn claim_invocation(
         .arg(limits.batch)
         .arg(limits.max_attempts)
         .arg(limits.lead_ms)
-        .arg(limits.lead_per_job_us);
+        .arg(limits.lead_per_job_us)
+        .arg(limits.check_ahead_ms);
     invocation
 }
 
@@ -293,6 +302,7 @@ async fn claim_shard(
         room,
         batch: config.batch,
         max_attempts: config.max_attempts,
+        check_ahead_ms: ms(config.check_ahead),
     };
     let invocation = claim_invocation(queue, shard, &limits);
     let sent = Instant::now();
@@ -423,8 +433,9 @@ fn bury(
     });
 }
 
-/// Puts one claimed job into the local timer at the instant its due time comes by the
-/// server's clock, or gives it back at once if the timer refuses it.
+/// Puts one claimed job into the local timer at the instant its start time (its due time
+/// less the check ahead) comes by the server's clock, or gives it back at once if the timer
+/// refuses it.
 fn hold(
     shared: &Shared,
     timer: &Timer<Claimed>,
@@ -435,16 +446,16 @@ fn hold(
     payload: Vec<u8>,
 ) {
     let counters = &shared.counters;
-    let due_ns = i128::from(due_ms) * 1_000_000;
-    let at = shared.lock_clock().deadline(due_ns).unwrap_or_else(|| {
-        // Not reached (this claim was observed): the claim's own bound.
-        let ahead = (due_ns - base.server_ns).max(0);
-        base.received + Duration::from_nanos(u64::try_from(ahead).unwrap_or(u64::MAX))
-    });
+    let ahead_ms = i64::try_from(ms(shared.config.check_ahead)).unwrap_or(i64::MAX);
+    let start_ms = due_ms.saturating_sub(ahead_ms);
+    let start_ns = i128::from(start_ms) * 1_000_000;
+    let at = certainly_at(shared, base, start_ns);
     let claimed = Claimed {
         shard,
         token,
         due_ms,
+        start_ms,
+        checked: false,
         job: Job {
             id,
             payload,
@@ -453,6 +464,16 @@ fn hold(
         },
     };
     insert(counters, timer, settle_tx, at, claimed);
+}
+
+/// The first local instant at which the server's clock has certainly reached `ns` (Unix ns):
+/// by the worker's clock bounds, or, where they do not reach it (not yet observed), by
+/// `base`, a reply that was: the server read its clock before the reply came back.
+pub(crate) fn certainly_at(shared: &Shared, base: ClaimBase, ns: i128) -> Instant {
+    shared.lock_clock().deadline(ns).unwrap_or_else(|| {
+        let ahead = (ns - base.server_ns).max(0);
+        base.received + Duration::from_nanos(u64::try_from(ahead).unwrap_or(u64::MAX))
+    })
 }
 
 /// Puts a claimed job into the local timer to fire at `at`, or gives it back at once if the
@@ -501,10 +522,10 @@ mod tests {
                 "18446744073709551615:-9223372036854775808:4294967295",
             ),
         ] {
-            let (token, due_ms, attempt) = record;
+            let (token, start_ms, attempt) = record;
             let args = Record {
                 token,
-                due_ms,
+                start_ms,
                 attempt,
             }
             .to_redis_args();

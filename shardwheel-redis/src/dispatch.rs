@@ -9,7 +9,10 @@
 //! for each started job it records its lateness on the server's clock and polls the
 //! handler's future once in place: a handler done at once costs no task; one that is not is
 //! spawned (at most `concurrency` at once) with its lease extended while it runs (`lease`).
-//! Every outcome goes to the settler: ack on `Ok`, fail on an error or a panic.
+//! Every outcome goes to the settler: ack on `Ok`, fail on an error or a panic. A job whose
+//! check passed ahead of its due time (`start`) fires again at its due time, on a channel
+//! of its own that the dispatcher reads even while its checks are all out, and runs then,
+//! with no other check.
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
@@ -50,46 +53,62 @@ pub(crate) struct Dispatch<F> {
 /// jobs); past it, newly fired jobs wait for a reply and go in the next check together.
 const CHECKS_IN_FLIGHT: usize = 4;
 
+/// What the timer sends the dispatcher.
+pub(crate) struct Fires {
+    /// Jobs whose start is to be checked (closed: the timer is gone).
+    pub(crate) fired: mpsc::UnboundedReceiver<Claimed>,
+    /// Jobs whose start was checked ahead, at their due time.
+    pub(crate) ready: mpsc::UnboundedReceiver<Claimed>,
+    /// The worker is stopping: the timer fires nothing more.
+    pub(crate) timer_done: oneshot::Receiver<()>,
+}
+
 /// What the dispatcher saw next.
 enum Next {
     /// A job the timer fired (`None`: the timer is gone).
     Fired(Option<Claimed>),
+    /// A job checked ahead that came due.
+    Ready(Claimed),
     /// A check came back with the jobs that may start (`None`: no check in flight).
     Checked(Option<Vec<Claimed>>),
     /// The worker is stopping: the timer fires nothing more.
     TimerDone,
 }
 
-pub(crate) async fn dispatch_loop<F, Fut, E>(
-    dispatch: Dispatch<F>,
-    mut fire_rx: mpsc::UnboundedReceiver<Claimed>,
-    mut timer_done: oneshot::Receiver<()>,
-    concurrency: u32,
-) where
+pub(crate) async fn dispatch_loop<F, Fut, E>(dispatch: Dispatch<F>, fires: Fires, concurrency: u32)
+where
     F: Fn(Job) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Result<(), E>> + Send + 'static,
     E: Send + 'static,
 {
     let shared = &dispatch.shared;
+    let Fires {
+        fired: mut fire_rx,
+        mut ready,
+        mut timer_done,
+    } = fires;
     let mut checks = FuturesUnordered::new();
     let mut done = false;
     'instants: loop {
         let room = checks.len() < CHECKS_IN_FLIGHT;
         // Relaxed: a hint to the settler, which only waits a little longer or less on it.
         shared.checks_full.store(!room, Ordering::Relaxed);
-        let next = if !room {
-            Next::Checked(checks.next().await)
-        } else if done {
+        let next = if done {
             // Stopping: the jobs fired before the timer stopped, then the checks still out.
-            match fire_rx.try_recv() {
-                Ok(claimed) => Next::Fired(Some(claimed)),
-                Err(_) => Next::Checked(checks.next().await),
+            if let Ok(claimed) = ready.try_recv() {
+                Next::Ready(claimed)
+            } else if room && let Ok(claimed) = fire_rx.try_recv() {
+                Next::Fired(Some(claimed))
+            } else {
+                Next::Checked(checks.next().await)
             }
         } else {
-            // A fired job first: its check goes out at once, beside those in flight.
+            // A job checked ahead first: it is due now. Then a fired job, whose check goes
+            // out at once beside those in flight, if there is room for one.
             tokio::select! {
                 biased;
-                claimed = fire_rx.recv() => Next::Fired(claimed),
+                Some(claimed) = ready.recv() => Next::Ready(claimed),
+                claimed = fire_rx.recv(), if room => Next::Fired(claimed),
                 started = checks.next(), if !checks.is_empty() => Next::Checked(started),
                 _ = &mut timer_done => Next::TimerDone,
             }
@@ -115,6 +134,12 @@ pub(crate) async fn dispatch_loop<F, Fut, E>(
                     &dispatch.settle_tx,
                     fired,
                 ));
+            }
+            Next::Ready(claimed) => {
+                Counters::add(&shared.counters.held, 0u64.wrapping_sub(1));
+                if !dispatch.run(claimed).await {
+                    break 'instants;
+                }
             }
             Next::Fired(None) | Next::TimerDone => done = true,
             Next::Checked(Some(started)) => {

@@ -96,11 +96,13 @@ impl When {
 pub enum Cancelled {
     /// The job was pending: it will never run.
     Pending,
-    /// A worker had claimed it and its due time had not come by the server's clock, so no
-    /// run had started: it will never run (the worker's start check finds it gone).
+    /// A worker had claimed it and its start time (its due time, less the worker's
+    /// [`check_ahead`](crate::WorkerBuilder::check_ahead) if it has one) had not come by the
+    /// server's clock, so no run had started: it will never run (the worker's start check
+    /// finds it gone).
     Claimed,
-    /// A worker had claimed it and its due time had come by the server's clock, so its run
-    /// may have started (a worker's start check passes at or after the due time): if it
+    /// A worker had claimed it and its start time had come by the server's clock, so its run
+    /// may have started (a worker's start check passes at or after the start time): if it
     /// did, that run goes on (its ack is refused); if the check had not passed yet, it is
     /// refused and the job does not run. No other run follows either way.
     Started,
@@ -138,10 +140,12 @@ impl Cancelled {
 pub enum Rescheduled {
     /// The job was pending; it now waits for its new time.
     Pending,
-    /// A worker had claimed it and its due time had not come by the server's clock: the
-    /// claim is revoked before any start, and the job runs only at its new time.
+    /// A worker had claimed it and its start time (its due time, less the worker's
+    /// [`check_ahead`](crate::WorkerBuilder::check_ahead) if it has one) had not come by the
+    /// server's clock: the claim is revoked before any start, and the job runs only at its
+    /// new time.
     Claimed,
-    /// A worker had claimed it and its due time had come by the server's clock: a run may
+    /// A worker had claimed it and its start time had come by the server's clock: a run may
     /// have started, and if so it goes on (its ack is refused); the claim is revoked and the
     /// job runs again at the new time.
     Started,

@@ -52,7 +52,9 @@ pub(crate) struct Inner {
 /// lease at a time; it runs again only if a worker dies, stalls past its lease or fails it.
 /// A cancel or reschedule applied on the server before the job's due time is obeyed, even
 /// for a job a worker has already claimed: a claimed job starts only if its claim is still
-/// intact at its due time, checked on the server.
+/// intact at its due time, checked on the server (for a worker with a
+/// [`check_ahead`](crate::WorkerBuilder::check_ahead), that long before its due time; it
+/// then still starts no earlier than the due time).
 ///
 /// # Examples
 ///

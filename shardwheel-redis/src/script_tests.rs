@@ -46,6 +46,7 @@ async fn claim(
         room: max,
         batch: 1000,
         max_attempts,
+        check_ahead_ms: 0,
     };
     claim_with(queue, shard, &limits).await
 }
@@ -70,10 +71,23 @@ async fn claim_with(
     )
 }
 
+/// Runs settle.lua on `shard` for (id, token, action) triples, as a worker with no check
+/// ahead: one result per triple.
 async fn settle(
     queue: &Queue,
     shard: u32,
     max_attempts: u32,
+    triples: &[(&str, u64, &str)],
+) -> Vec<i64> {
+    settle_ahead(queue, shard, max_attempts, 0, triples).await
+}
+
+/// As [`settle`], for a worker that claimed with a check ahead of `check_ahead_ms`.
+async fn settle_ahead(
+    queue: &Queue,
+    shard: u32,
+    max_attempts: u32,
+    check_ahead_ms: u64,
     triples: &[(&str, u64, &str)],
 ) -> Vec<i64> {
     let keys = queue.keys(shard);
@@ -82,7 +96,8 @@ async fn settle(
         .arg(&keys.payload_prefix)
         .arg(max_attempts)
         .arg(1000)
-        .arg(60_000);
+        .arg(60_000)
+        .arg(check_ahead_ms);
     for (id, token, action) in triples {
         let bucket = bucket_of(id.as_bytes(), queue.shards(), queue.buckets());
         invocation.arg(*id).arg(*token).arg(*action).arg(bucket);
@@ -184,6 +199,7 @@ async fn a_claim_reaches_past_its_lead_only_for_a_backlog_within_the_window() {
         room: 100,
         batch: 1000,
         max_attempts: 5,
+        check_ahead_ms: 0,
     };
     // A lead of 1 s plus 100 ms a job: the backlog of 10 within the window adds 1 s, short
     // of the 3 s to their due time, so none is claimed yet.
@@ -485,6 +501,16 @@ async fn user_mistakes_are_errors() {
             .batch(0)
             .start(queue.clone(), |_| async { Ok::<(), ()>(()) }),
         Err(crate::Error::InvalidConfig(_))
+    ));
+    // A check ahead must leave the claim, `lead` ahead, time to come first.
+    assert!(matches!(
+        crate::Worker::builder()
+            .lead(Duration::from_secs(1))
+            .check_ahead(Duration::from_secs(1))
+            .start(queue.clone(), |_| async { Ok::<(), ()>(()) }),
+        Err(crate::Error::InvalidConfig(
+            "check_ahead must be shorter than lead"
+        ))
     ));
 }
 

@@ -151,7 +151,8 @@ async fn settle_chunk(shared: &Shared, shard: u32, chunk: &[Settle]) {
         .arg(&keys.payload_prefix)
         .arg(config.max_attempts)
         .arg(ms(config.backoff))
-        .arg(ms(config.backoff_cap));
+        .arg(ms(config.backoff_cap))
+        .arg(ms(config.check_ahead));
     for settle in chunk {
         let action = match settle.action {
             Action::Ack => "a",

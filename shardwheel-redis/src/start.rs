@@ -26,7 +26,7 @@
 //! claim's record, so every later check refuses the job, and it tells whether an earlier
 //! check may have passed from the claim's due time alone, since a check passes only at or
 //! after it (see `lua/revoke.lua`). Per job:
-//! - started: the handler runs;
+//! - started: the handler runs (at its due time: see below);
 //! - revoked (cancelled, rescheduled, settled or taken back since the claim, or its lease
 //!   expired): dropped, counted in `revoked`; the store already holds whatever the job
 //!   became (an expired lease is taken back by the next claim);
@@ -36,6 +36,14 @@
 //!   forever: once its lease is taken back, the token no longer matches.
 //!
 //! Each reply also carries the server's `TIME` and tightens the worker's clock bounds.
+//!
+//! With a check ahead (`WorkerBuilder::check_ahead`), a claim's record holds the job's
+//! start time, its due time less the check ahead, and "due time" above means that time:
+//! the timer fires the job then, and a job whose check passes before its due time goes
+//! back into the timer until its due time is certainly reached by the server's clock, then
+//! runs with no other check. A cancel or reschedule reaches it until its start time. The
+//! check's round trip leaves the job's lateness whenever the server answers within the
+//! check ahead, which a server busy with schedules may not do within milliseconds.
 
 use std::time::{Duration, Instant};
 
@@ -43,7 +51,7 @@ use redis::Value;
 use shardwheel::Timer;
 use tokio::sync::mpsc;
 
-use crate::claim::{ClaimBase, Claimed, Record, insert};
+use crate::claim::{ClaimBase, Claimed, Record, certainly_at, insert};
 use crate::queue::{BATCH, Queue};
 use crate::scripts::{Call, SCRIPTS};
 use crate::settle::Settle;
@@ -96,12 +104,23 @@ pub(crate) async fn check(
         shared
             .lock_clock()
             .observe(base.sent, base.received, base.server_ns);
-        for (claimed, result) in chunk.into_iter().zip(results) {
+        for (mut claimed, result) in chunk.into_iter().zip(results) {
             match result {
-                1 => start.push(claimed),
-                2 => {
+                1 => {
+                    // Checked ahead of its due time: held until that comes by the server's
+                    // clock, never started before it.
                     let due_ns = i128::from(claimed.due_ms) * 1_000_000;
-                    let ahead = u64::try_from(due_ns - base.server_ns).unwrap_or(0);
+                    if due_ns > base.server_ns {
+                        claimed.checked = true;
+                        let at = certainly_at(shared, base, due_ns);
+                        insert(counters, timer, settle_tx, at, claimed);
+                    } else {
+                        start.push(claimed);
+                    }
+                }
+                2 => {
+                    let start_ns = i128::from(claimed.start_ms) * 1_000_000;
+                    let ahead = u64::try_from(start_ns - base.server_ns).unwrap_or(0);
                     let at = base.received + Duration::from_nanos(ahead);
                     insert(counters, timer, settle_tx, at, claimed);
                 }
@@ -112,7 +131,8 @@ pub(crate) async fn check(
     start
 }
 
-/// A claimed job as a start check names it: shard, id, token, due ms, attempt.
+/// A claimed job as a start check names it: shard, id, token, start ms (its claim
+/// record's: the due time less the check ahead), attempt.
 pub(crate) type StartRow<'a> = (u32, &'a str, u64, i64, u32);
 
 /// Fewest jobs a batch, on average over a shard's batches in a call, for which the call
@@ -147,9 +167,9 @@ pub(crate) fn invocation(queue: &Queue, lease_ms: u64, jobs: &[StartRow<'_>]) ->
         }
     }
     let mut invocation = Call::new(&SCRIPTS.start, &names);
-    let dues = jobs.iter().map(|&(_, _, _, due_ms, _)| due_ms);
-    let earliest = dues.clone().min().unwrap_or(0);
-    let latest = dues.max().unwrap_or(0);
+    let starts = jobs.iter().map(|&(_, _, _, start_ms, _)| start_ms);
+    let earliest = starts.clone().min().unwrap_or(0);
+    let latest = starts.max().unwrap_or(0);
     invocation.arg(lease_ms).arg(earliest).arg(latest);
     for (group, batches, count, whole) in groups {
         if whole {
@@ -160,10 +180,10 @@ pub(crate) fn invocation(queue: &Queue, lease_ms: u64, jobs: &[StartRow<'_>]) ->
         } else {
             invocation.arg(group.len());
         }
-        for &(_, id, token, due_ms, attempt) in group {
+        for &(_, id, token, start_ms, attempt) in group {
             let record = Record {
                 token,
-                due_ms,
+                start_ms,
                 attempt,
             };
             invocation.arg(id).arg(record);
@@ -180,7 +200,7 @@ async fn call(shared: &Shared, jobs: &[Claimed]) -> Result<(ClaimBase, Vec<i64>)
         .map(|claimed| {
             let job = &claimed.job;
             let (shard, token) = (claimed.shard, claimed.token);
-            (shard, job.id.as_str(), token, claimed.due_ms, job.attempt)
+            (shard, job.id.as_str(), token, claimed.start_ms, job.attempt)
         })
         .collect();
     let invocation = invocation(queue, ms(shared.config.lease), &rows);

@@ -41,7 +41,7 @@ use tokio::task::JoinHandle;
 
 use crate::claim::{Claimed, claim_loop};
 use crate::clock::ServerClock;
-use crate::dispatch::{Dispatch, dispatch_loop};
+use crate::dispatch::{Dispatch, Fires, dispatch_loop};
 use crate::error::Error;
 use crate::hint::hint_loop;
 use crate::queue::Queue;
@@ -100,6 +100,7 @@ pub struct WorkerBuilder {
     pub(crate) max_held: usize,
     pub(crate) concurrency: usize,
     pub(crate) extend_for: Duration,
+    pub(crate) check_ahead: Duration,
 }
 
 impl Default for WorkerBuilder {
@@ -116,6 +117,7 @@ impl Default for WorkerBuilder {
             max_held: 1_000_000,
             concurrency: 1024,
             extend_for: Duration::from_secs(3600),
+            check_ahead: Duration::ZERO,
         }
     }
 }
@@ -261,6 +263,27 @@ impl WorkerBuilder {
         self
     }
 
+    /// How long before a claimed job's due time its start is checked on the server (default
+    /// zero: at its due time). A cancel or reschedule reaches a claimed job until its start
+    /// is checked: by default until its due time, with a check ahead until that long before
+    /// it (later, [`Cancelled::Started`](crate::Cancelled::Started) says its run may have
+    /// begun). The job still never runs before its due time: a check that passes early holds
+    /// it until then. What it buys is lateness: a job checked at its due time runs a server
+    /// round trip late, and a server busy with a flood of schedules can take tens of
+    /// milliseconds to answer (benches/README.md); a check ahead longer than that round
+    /// trip takes it off the job's lateness. Must be shorter than [`lead`](Self::lead).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// // Cancels reach a job until 250 ms before its due time, and it runs on time even
+    /// // when the server takes up to that long to answer.
+    /// let builder = shardwheel_redis::Worker::builder().check_ahead(Duration::from_millis(250));
+    /// ```
+    pub fn check_ahead(mut self, check_ahead: Duration) -> Self {
+        self.check_ahead = check_ahead;
+        self
+    }
+
     /// Starts the worker on the current tokio runtime: `handler` runs once per delivery,
     /// at the job's due time; `Ok` acknowledges the job, `Err` (or a panic) fails the
     /// attempt.
@@ -282,7 +305,8 @@ impl WorkerBuilder {
     /// # Errors
     ///
     /// [`Error::InvalidConfig`] for a zero window, lead, lease, poll, batch, attempt count, hold
-    /// limit or concurrency, a batch above 10,000, or when called outside a tokio runtime.
+    /// limit or concurrency, a batch above 3,000, a check ahead not shorter than the lead,
+    /// or when called outside a tokio runtime.
     pub fn start<F, Fut, E>(self, queue: Queue, handler: F) -> Result<Worker, Error>
     where
         F: Fn(Job) -> Fut + Send + Sync + 'static,
@@ -298,6 +322,11 @@ impl WorkerBuilder {
                 "window, lead, lease and poll must not be zero",
             ));
         }
+        if self.check_ahead >= self.lead {
+            return Err(Error::InvalidConfig(
+                "check_ahead must be shorter than lead",
+            ));
+        }
         if self.batch == 0 || self.batch > 3_000 {
             return Err(Error::InvalidConfig("batch must be within 1..=3000"));
         }
@@ -311,6 +340,7 @@ impl WorkerBuilder {
         let runtime = tokio::runtime::Handle::try_current()
             .map_err(|_| Error::InvalidConfig("a worker starts inside a tokio runtime"))?;
         let (fire_tx, fire_rx) = mpsc::unbounded_channel::<Claimed>();
+        let (ready_tx, ready_rx) = mpsc::unbounded_channel::<Claimed>();
         let timer = Timer::builder()
             .shards(1)
             .pin_threads(false)
@@ -319,8 +349,13 @@ impl WorkerBuilder {
                     .saturating_add(self.batch.saturating_mul(queue.shards() as usize)),
             )
             .build_with(move |claimed: Claimed| {
-                // The dispatcher is gone only after stop took the timer's jobs out.
-                let _ = fire_tx.send(claimed);
+                // The dispatcher is gone only after stop took the timer's jobs out. A job
+                // checked ahead goes where the dispatcher looks even with checks out.
+                let _ = if claimed.checked {
+                    ready_tx.send(claimed)
+                } else {
+                    fire_tx.send(claimed)
+                };
             })
             .map_err(|_| Error::InvalidConfig("the local timer could not start"))?;
         let shared = Arc::new(Shared {
@@ -348,8 +383,12 @@ impl WorkerBuilder {
             handler: Arc::new(handler),
             permits: Arc::new(Semaphore::new(concurrency as usize)),
         };
-        let dispatcher =
-            runtime.spawn(dispatch_loop(dispatch, fire_rx, timer_done_rx, concurrency));
+        let fires = Fires {
+            fired: fire_rx,
+            ready: ready_rx,
+            timer_done: timer_done_rx,
+        };
+        let dispatcher = runtime.spawn(dispatch_loop(dispatch, fires, concurrency));
         let settler = runtime.spawn(settle_loop(Arc::clone(&shared), settle_rx));
         let hints = runtime.spawn(hint_loop(Arc::clone(&shared)));
         Ok(Worker {

@@ -2,8 +2,10 @@
 //! 100 ms and 5 ms before their due time, against a real server: a job cancelled before its
 //! due time never runs, a rescheduled one runs once, at its new time, never before it;
 //! `cancel` and `reschedule` say which happened: a call that reached the server before the
-//! due time revoked the claim, one that reached it after says the run may have begun. And a
-//! start check held up on the server does not hold back the check of a job fired meanwhile.
+//! due time revoked the claim, one that reached it after says the run may have begun. The
+//! same with a check ahead, where "before the due time" becomes "before the check ahead
+//! of it", and no run starts before its due time. And a start check held up on the server
+//! does not hold back the check of a job fired meanwhile.
 
 mod support;
 
@@ -42,6 +44,20 @@ struct Plan {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_and_reschedule_reach_claimed_jobs_until_their_due_time() {
+    claimed_jobs_obey_calls_until_their_start(Duration::ZERO).await;
+}
+
+/// With a check ahead of 300 ms, the calls 1 s ahead revoke the claim and those 100 ms and
+/// 5 ms ahead find the run begun: the job runs at its due time, not at its check.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_check_ahead_calls_reach_claimed_jobs_until_their_check() {
+    claimed_jobs_obey_calls_until_their_start(Duration::from_millis(300)).await;
+}
+
+/// Cancels and reschedules claimed jobs at 1 s, 100 ms and 5 ms before their due time, on
+/// a worker that checks starts `check_ahead` before it, and checks what they answered and
+/// what ran against where on the server's clock each call landed.
+async fn claimed_jobs_obey_calls_until_their_start(check_ahead: Duration) {
     let server = support::Server::start();
     let queue = Queue::connect(&server.url(), "claimed").await.unwrap();
     let runs: Runs = Arc::default();
@@ -50,6 +66,7 @@ async fn cancel_and_reschedule_reach_claimed_jobs_until_their_due_time() {
     let worker = Worker::builder()
         .poll(Duration::from_millis(20))
         .lead(Duration::from_secs(10))
+        .check_ahead(check_ahead)
         .start(queue.clone(), move |job| {
             let started = SystemTime::now();
             let mut runs = record.lock().unwrap();
@@ -130,17 +147,13 @@ async fn cancel_and_reschedule_reach_claimed_jobs_until_their_due_time() {
             plan.revoked,
             plan.due.duration_since(plan.after).ok()
         );
-        if plan.after < plan.due {
-            assert!(
-                plan.revoked,
-                "{id}: applied before its due time, yet Started"
-            );
+        // Where the start check may pass from.
+        let start = plan.due - check_ahead;
+        if plan.after < start {
+            assert!(plan.revoked, "{id}: applied before its start, yet Started");
         }
-        if plan.before >= plan.due {
-            assert!(
-                !plan.revoked,
-                "{id}: applied after its due time, yet revoked"
-            );
+        if plan.before >= start {
+            assert!(!plan.revoked, "{id}: applied after its start, yet revoked");
         }
         if plan.lead >= Duration::from_secs(1) {
             assert!(plan.after < plan.due, "{id}: not applied 1 s ahead");
@@ -151,7 +164,7 @@ async fn cancel_and_reschedule_reach_claimed_jobs_until_their_due_time() {
                 "{id}: started before the due time it ran for"
             );
         }
-        // A call answered Started reached the server after the due time: the run at the
+        // A call answered Started reached the server after the start time: the run at the
         // old due time happened if the worker's start check came first, not otherwise.
         let dues: Vec<SystemTime> = ran.iter().map(|run| run.0).collect();
         let old = if plan.revoked || dues.first() != Some(&plan.due) {
@@ -221,4 +234,68 @@ async fn a_job_fired_while_a_check_is_held_up_is_checked_at_once_and_runs() {
         stats.checks_overlapped >= 1,
         "the second job's check waited for the first's reply: {stats}"
     );
+}
+
+/// A job whose start was checked ahead runs at its due time even while the worker's
+/// checks are all out and held up on the server (here by `CLIENT PAUSE`): it does not wait
+/// for a check's reply, so it runs before every job whose check was held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_checked_ahead_runs_while_every_check_is_held_up() {
+    let server = support::Server::start();
+    let queue = Queue::connect(&server.url(), "ready").await.unwrap();
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let record = Arc::clone(&order);
+    let ahead = Duration::from_secs(1);
+    let worker = Worker::builder()
+        .lead(Duration::from_secs(10))
+        .check_ahead(ahead)
+        .start(queue.clone(), move |job| {
+            record
+                .lock()
+                .unwrap()
+                .push((job.id, job.due, SystemTime::now()));
+            std::future::ready(Ok::<(), ()>(()))
+        })
+        .unwrap();
+    // "first" is checked 1 s ahead of its due time; the server then pauses from 600 ms
+    // before it until 1.5 s after, and six more jobs, due 500 to 900 ms after it, have
+    // their checks (one an instant, 80 ms apart) sent into the pause: more than the
+    // worker keeps in flight.
+    let now = queue.server_time().await.unwrap();
+    let first = now + Duration::from_secs(3);
+    let held = (0..6).map(|k| {
+        let due = first + Duration::from_millis(500 + 80 * k);
+        (format!("held-{k}"), due)
+    });
+    let jobs: Vec<(String, SystemTime)> = [("first".to_owned(), first)]
+        .into_iter()
+        .chain(held)
+        .collect();
+    let rows = jobs
+        .iter()
+        .map(|(id, due)| (id.as_str(), When::At(*due), &b""[..]));
+    support::schedule_new(&queue, rows).await;
+    support::until("every job claimed", async || {
+        queue.counts().await.unwrap().claimed == 7
+    })
+    .await;
+    let pause_at = first - Duration::from_millis(600);
+    let wait = pause_at.duration_since(SystemTime::now());
+    tokio::time::sleep(wait.expect("claimed before the pause")).await;
+    let mut conn = server.sync_conn();
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(2100)
+        .arg("ALL")
+        .query(&mut conn)
+        .unwrap();
+    support::until("every job run", async || order.lock().unwrap().len() == 7).await;
+    let stats = worker.stop().await;
+    let order = order.lock().unwrap();
+    let ids: Vec<&str> = order.iter().map(|(id, ..)| id.as_str()).collect();
+    assert_eq!(ids[0], "first", "a held check's job ran first: {ids:?}");
+    for (id, due, started) in order.iter() {
+        assert!(started >= due, "{id} started before its due time");
+    }
+    assert_eq!((stats.early, stats.revoked), (0, 0), "{stats}");
 }

@@ -9,10 +9,11 @@
 -- pending, 3 if it was in the dead set, 0 if the id is unknown. A claimed job's record
 -- (token) is removed and its batch let go by one (held.lua), so every later start check
 -- (start.lua) refuses its claim; whether a start check may already have passed is told by
--- its claim's due time against the server's TIME, since start.lua passes only at or after
--- it: 2 if the due time is still ahead (no start passed: it never runs), 4 if it has come
--- (its run may have started: such a run goes on, its ack is refused, no other follows; a
--- start check not yet made is refused).
+-- its claim's start time (its due time, or earlier by the worker's check ahead: revoke.lua)
+-- against the server's TIME, since start.lua passes only at or after it: 2 if that time is
+-- still ahead (no start passed: it never runs), 4 if it has come (its run may have
+-- started: such a run goes on, its ack is refused, no other follows; a start check not
+-- yet made is refused).
 -- Bound: O(log N).
 -- let_go and revoke are prepended from held.lua and revoke.lua when loaded (scripts.rs).
 local id = ARGV[2]

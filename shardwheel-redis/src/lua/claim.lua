@@ -1,7 +1,7 @@
 -- claim.lua: reaps expired leases, then claims the shard's jobs due within a window.
 --
 -- KEYS[1] due zset   KEYS[2] lease zset (token -> lease expiry ms, one entry a claimed
--- batch)   KEYS[3] tok hash (id -> "token:due:attempt" while claimed)   KEYS[4] dead zset
+-- batch)   KEYS[3] tok hash (id -> "token:start:attempt" while claimed)   KEYS[4] dead zset
 -- KEYS[5] token counter   KEYS[6] att hash (id -> attempts so far, for jobs that have been
 -- tried and not acked)   KEYS[7] held hash (token -> the batch's records left; the
 -- batch's ids are the list <KEYS[7]>:<token>)
@@ -9,6 +9,7 @@
 -- ARGV[4] most jobs to reap from expired leases
 -- ARGV[5] attempts before the dead-letter set
 -- ARGV[6] lead ms   ARGV[7] lead µs per job of the shard's backlog (see (2) below)
+-- ARGV[8] check ahead ms: how long before its due time a job's start is checked
 --
 -- Contract: with now = the server's TIME, (1) batches whose lease expired at now are taken
 -- back, whole, until ARGV[4] jobs were reaped: each of the batch's jobs still under that
@@ -24,8 +25,9 @@
 -- token is never reused by another claim), one lease entry for the batch, token ->
 -- max(latest due in it, now) + lease ms, its ids in one list and its count in the held hash
 -- (so neither the claim nor the ack writes a lease a job: held.lua), attempt count + 1 per
--- job. A job is in exactly one of due, claimed (a record in the tok hash), dead at any
--- time, and only the holder of its current token can start (start.lua), ack, fail or
+-- job. A claimed job's record holds its start time, the earliest at which start.lua lets it
+-- start: its due time less ARGV[8] (the due time's own text when that is 0). A job is in
+-- exactly one of due, claimed (a record in the tok hash), dead at any time, and only the holder of its current token can start (start.lua), ack, fail or
 -- release it. The claim's record is written here only: start.lua reads it, and cancel.lua
 -- or reschedule.lua remove it. No payload is read here: the worker reads its claimed jobs'
 -- payloads with plain HGETs from the hashes it computes (`claim::payloads`), so no id is
@@ -47,6 +49,7 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local window, lease = tonumber(ARGV[1]), tonumber(ARGV[2])
 local max_claim, max_reap, max_attempts = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local lead, lead_per_job = tonumber(ARGV[6]), tonumber(ARGV[7])
+local check_ahead = tonumber(ARGV[8])
 
 -- Takes back claimed job `id` whose record is `rec` (its lease expired).
 local function reap(id, rec)
@@ -114,7 +117,9 @@ if #due > 0 then
     n = n + 1
     ids[n] = id
     tokens[i] = id
-    tokens[i + 1] = held .. at .. ':' .. attempt
+    local start = at
+    if check_ahead > 0 then start = format('%d', tonumber(at) - check_ahead) end
+    tokens[i + 1] = held .. start .. ':' .. attempt
     out[k + 1] = id
     out[k + 2] = at
     out[k + 3] = attempt

@@ -11,7 +11,7 @@
 -- the due set at the new time with its attempts reset, and the result says where it was:
 -- 1 pending, 3 dead (revived), or claimed: its claim is revoked (its record removed, so
 -- start.lua refuses it from now on and the job runs at its new time under a new claim),
--- and as in cancel.lua, 2 if the claim's due time was still ahead by the server's TIME (no
+-- and as in cancel.lua, 2 if the claim's start time was still ahead by the server's TIME (no
 -- start passed: the job runs only at its new time), 4 if it had come (a run may have
 -- started: it goes on, its ack is refused; the job runs again at its new time).
 -- Bound: O(log N).

@@ -4,7 +4,8 @@
 -- KEYS[4] dead zset   KEYS[5] att hash   KEYS[6] held hash (token -> records left)
 -- ARGV[1] payload hash prefix   ARGV[2] attempts before the dead-letter set
 -- ARGV[3] backoff base ms   ARGV[4] backoff cap ms
--- ARGV[5..] quadruples: id, token, action ('a' ack, 'f' failed, 'r' release unrun, 'd'
+-- ARGV[5] the claiming worker's check ahead ms (claim.lua's ARGV[8])
+-- ARGV[6..] quadruples: id, token, action ('a' ack, 'f' failed, 'r' release unrun, 'd'
 -- dead-letter now: an entry the worker cannot hand to a handler), the
 -- id's payload hash (its number under the prefix, from `keys::bucket_of`)
 --
@@ -14,7 +15,8 @@
 -- ack: the job is deleted everywhere, result 1. failed: back to due at now + min(base *
 -- 2^(attempt-1), cap) by the server's TIME, result 1, or to the dead set once it used its
 -- attempts, result 2. release: back to due at its own due time, the attempt not counted,
--- result 1. dead-letter now: to the dead set, result 2.
+-- result 1 (the record holds its start time: its due time less the check ahead).
+-- dead-letter now: to the dead set, result 2.
 -- Each settled job's record goes; its batch is let go by one (held.lua: one HINCRBY a
 -- batch of the call, not a job, and the batch's lease entry and list go with its last job).
 -- Bound: O(n log N) for n quadruples (the client sends at most 512 a call); an ack costs one
@@ -25,15 +27,16 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local prefix = ARGV[1]
 local max_attempts, base, cap = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local check_ahead = tonumber(ARGV[5])
 local ids = {}
-for i = 5, #ARGV, 4 do ids[#ids + 1] = ARGV[i] end
+for i = 6, #ARGV, 4 do ids[#ids + 1] = ARGV[i] end
 local out = {}
 if #ids == 0 then return out end
 local recs = redis.call('HMGET', KEYS[3], unpack(ids))
 local has_att = redis.call('EXISTS', KEYS[5]) == 1
 local settled, seen, batches = {}, {}, {}
 for k = 1, #ids do
-  local i = 5 + (k - 1) * 4
+  local i = 6 + (k - 1) * 4
   local id, token, action = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local rec = recs[k]
   local result = 0
@@ -46,7 +49,7 @@ for k = 1, #ids do
       redis.call('HDEL', prefix .. ARGV[i + 3], id)
       result = 1
     else
-      -- The record's due time (text, as claim.lua wrote it) and attempt.
+      -- The record's start time (text, as claim.lua wrote it) and attempt.
       local at, attempt = string.match(rec, '^%d+:([^:]*):(%d+)')
       attempt = tonumber(attempt)
       if action == 'f' or action == 'd' then
@@ -64,6 +67,7 @@ for k = 1, #ids do
         else
           redis.call('HSET', KEYS[5], id, attempt - 1)
         end
+        if check_ahead > 0 then at = tonumber(at) + check_ahead end
         redis.call('ZADD', KEYS[1], at, id)
         result = 1
       end

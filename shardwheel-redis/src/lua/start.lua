@@ -13,6 +13,9 @@
 -- parts); or by batch: minus its count of batches b, b pairs: a batch's token, its job
 -- count, then the jobs' pairs, a batch's next to each other in the same order
 --
+-- A record's time is the job's start time (claim.lua): its due time, or earlier by the
+-- claiming worker's check ahead, which then holds the job until its due time itself;
+-- "due time" below means that start time.
 -- Contract: with now = the server's TIME, a job starts only if it is still the same job
 -- under a live lease: its record in its shard's tok hash is the given one (so it was not
 -- cancelled, rescheduled, settled or taken back since that claim: a token names one claim),

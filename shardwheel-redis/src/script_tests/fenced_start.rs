@@ -4,12 +4,12 @@
 
 use std::time::Duration;
 
-use super::{claim, queue, same_shard, settle, shard, support};
+use super::{claim, claim_with, queue, same_shard, settle, settle_ahead, shard, support};
 use crate::job::{Cancelled, JobState, Rescheduled};
 use crate::queue::Queue;
 use crate::start::StartRow;
 
-/// Runs start.lua for `jobs` (shard, id, token, due ms, attempt) claimed with leases of
+/// Runs start.lua for `jobs` (shard, id, token, start ms, attempt) claimed with leases of
 /// `lease_ms`, as a worker calls it: one result per job.
 async fn start(queue: &Queue, lease_ms: u64, jobs: &[StartRow<'_>]) -> Vec<i64> {
     let invocation = crate::start::invocation(queue, lease_ms, jobs);
@@ -232,4 +232,52 @@ async fn a_batch_on_time_starts_at_once_and_one_with_a_revoked_job_is_checked_jo
         .collect();
     tokio::time::sleep(Duration::from_millis(10)).await;
     assert_eq!(start(&queue, 1, &rows).await, vec![0; 8]);
+}
+
+/// A claim with a check ahead writes the job's start time, its due time less the check
+/// ahead, into its record: the start check passes from then on and a cancel from then on
+/// says the run may have begun, both before the due time; a release puts the job back at
+/// its due time, not its start time.
+#[tokio::test]
+async fn a_check_ahead_moves_the_start_and_the_revoke_not_the_due_time() {
+    let server = support::Server::start();
+    let queue = queue(&server, "ahead").await;
+    let (ids, s) = same_shard(&queue, 3);
+    for id in &ids {
+        queue
+            .schedule(id, Duration::from_secs(3), b"x")
+            .await
+            .unwrap();
+    }
+    // Their start time, 10 s before a due time 3 s ahead, has come.
+    let limits = crate::claim::ClaimLimits {
+        window_ms: 5_000,
+        lead_ms: 5_000,
+        lead_per_job_us: 0,
+        lease_ms: 30_000,
+        room: 10,
+        batch: 1000,
+        max_attempts: 5,
+        check_ahead_ms: 10_000,
+    };
+    let (now, jobs, _) = claim_with(&queue, s, &limits).await;
+    assert_eq!(jobs.len(), 3);
+    let row = |k: usize| {
+        let (id, due, token, attempt) = &jobs[k];
+        (s, id.as_str(), *token, due - 10_000, *attempt)
+    };
+    assert!(
+        jobs.iter().all(|job| job.1 > now),
+        "claimed before their due time"
+    );
+    assert_eq!(start(&queue, 30_000, &[row(0)]).await, [1], "started ahead");
+    assert_eq!(queue.cancel(&jobs[1].0).await.unwrap(), Cancelled::Started);
+    let (id, due, token, _) = &jobs[2];
+    let release = [(id.as_str(), *token, "r")];
+    assert_eq!(settle_ahead(&queue, s, 5, 10_000, &release).await, [1]);
+    let JobState::Pending { due: back, .. } = queue.status(id).await.unwrap().unwrap().0 else {
+        panic!("not pending after its release");
+    };
+    let back = back.duration_since(std::time::UNIX_EPOCH).unwrap();
+    assert_eq!(back.as_millis() as i64, *due, "released to its due time");
 }
