@@ -3,7 +3,7 @@
 //! ```text
 //! shardwheel-redis-worker --url redis://127.0.0.1:6379 --queue emails [--cluster]
 //!     [--shards 16] [--lease-ms 30000] [--window-ms 10000] [--poll-ms 100]
-//!     [--hold-ms 0] [--fail-first N] [--max-attempts 5]
+//!     [--hold-ms 0] [--fail-first N] [--max-attempts 5] [--check-ahead-ms 0]
 //! ```
 //!
 //! Prints `READY <server unix ms> <local unix ms>` once connected, then one line
@@ -30,6 +30,7 @@ struct Args {
     hold_ms: u64,
     fail_first: u32,
     max_attempts: u32,
+    check_ahead_ms: u64,
 }
 
 fn parse() -> Result<Args, String> {
@@ -44,6 +45,7 @@ fn parse() -> Result<Args, String> {
         hold_ms: 0,
         fail_first: 0,
         max_attempts: 5,
+        check_ahead_ms: 0,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -63,6 +65,7 @@ fn parse() -> Result<Args, String> {
             "--hold-ms" => args.hold_ms = number()?,
             "--fail-first" => args.fail_first = number()? as u32,
             "--max-attempts" => args.max_attempts = number()? as u32,
+            "--check-ahead-ms" => args.check_ahead_ms = number()?,
             _ => return Err(format!("unknown option {flag}")),
         }
     }
@@ -109,6 +112,7 @@ async fn main() {
         .window(Duration::from_millis(args.window_ms))
         .poll(Duration::from_millis(args.poll_ms))
         .max_attempts(args.max_attempts)
+        .check_ahead(Duration::from_millis(args.check_ahead_ms))
         .backoff(Duration::from_millis(100), Duration::from_secs(1))
         .start(queue, move |job| async move {
             let late = SystemTime::now()
