@@ -59,9 +59,11 @@
 //! the load average at start and end. `FUTURES_PARTS=W7:64:yield1,W3-async` runs some
 //! parts only: a part is `W3-async` or `W7:<T>:<mode>`, and a prefix (`W7`, `W7:64`)
 //! selects every part under it. `FUTURES_ONLY=shardwheel` (say) runs one implementation,
-//! for a profiler (no ratios then).
+//! for a profiler (no ratios then). `FUTURES_COUNT`: W7 for an instruction count (`count`).
 
 mod common;
+#[path = "futures/count.rs"]
+mod count;
 #[path = "futures/timeouts.rs"]
 mod timeouts;
 
@@ -531,18 +533,14 @@ fn w7(runtimes: &Runtimes, workload: W7, impls: &[Impl]) {
     };
     let measured = measure(runtimes, &label, workload, impls, rounds);
     for (implementation, rounds) in measured.each() {
+        let name = implementation.name();
         let mut timers = Vec::new();
         for round in rounds {
             let completed: u64 = round.outcomes.iter().sum();
-            assert_eq!(
-                completed,
-                workload.operations(),
-                "{}",
-                implementation.name()
-            );
+            assert_eq!(completed, workload.operations(), "{name}");
             if let Some(count) = round.timers {
                 // A ready future needs no timer; a yield must have registered some.
-                assert_eq!(count == 0, !workload.yield1, "{}", implementation.name());
+                assert_eq!(count == 0, !workload.yield1, "{name}");
                 timers.push(count as f64);
             }
         }
@@ -552,8 +550,7 @@ fn w7(runtimes: &Runtimes, workload: W7, impls: &[Impl]) {
             format!(" timers={:.0}", median(timers))
         };
         println!(
-            "RESULT {label} {} ops_{} ops={}{timers}",
-            implementation.name(),
+            "RESULT {label} {name} ops_{} ops={}{timers}",
             Measured::rate(rounds),
             workload.operations(),
         );
@@ -562,6 +559,9 @@ fn w7(runtimes: &Runtimes, workload: W7, impls: &[Impl]) {
 }
 
 fn main() {
+    if let Ok(spec) = std::env::var("FUTURES_COUNT") {
+        return count::count(&spec);
+    }
     let started = Instant::now();
     println!("# load average at start: {}", load_average());
     let runtimes = Runtimes::new();

@@ -225,23 +225,25 @@ impl Sleep {
         if let Some(armed) = self.armed.take() {
             // Armed before a fork: nothing here to cancel (see `listen`).
             if armed.forks == global::forks() {
-                self.let_go(armed);
+                self.let_go(armed.handle);
             }
         }
     }
 
-    /// Cancels the timer; false if it was not pending any more (the wait has ended).
+    /// Cancels the timer `handle` names; false if it was not pending any more (the wait
+    /// has ended). The handle alone, in a register: given the whole `Armed`, a drop copied
+    /// it to the stack to pass it.
     #[inline(never)]
-    fn let_go(&self, armed: Armed) -> bool {
+    fn let_go(&self, handle: TimerHandle) -> bool {
         let scheduler = self.engine.scheduler();
         // A timer still in this thread's stage (a timeout whose work finished first, the
         // common case) comes back unrun with its waker, dropped here, on the task's core.
-        if let Some(callback) = scheduler.take_staged(armed.handle) {
+        if let Some(callback) = scheduler.take_staged(handle) {
             callback.discard();
             return true;
         }
         // Otherwise the reaper discards the cancelled waker, waking nobody.
-        scheduler.cancel(armed.handle)
+        scheduler.cancel(handle)
     }
 
     /// Whether the deadline has passed (a delay not yet started has not, unless zero).
@@ -278,7 +280,7 @@ impl Sleep {
             return Some(Poll::Pending);
         }
         let armed = self.armed.take()?;
-        if !self.let_go(armed) {
+        if !self.let_go(armed.handle) {
             // Taken by the reaper meanwhile: the old waker is woken, but this poll ends it.
             return Some(self.outcome());
         }
@@ -312,7 +314,8 @@ impl Future for Sleep {
         // while the timer is pending, so its data cannot be another task's meanwhile.
         let waker = cx.waker().clone();
         let wakes = Wakes::of(&waker);
-        match scheduler.insert_due(scheduler.within(deadline, this.slack), Callback::wake(waker)) {
+        let due = scheduler.within(deadline, this.slack);
+        match scheduler.insert_due_inlined(due, Callback::wake(waker)) {
             Ok(handle) => {
                 this.armed = Some(Armed {
                     handle,
