@@ -111,9 +111,9 @@ fn bytes(value: Value) -> Option<Vec<u8>> {
 /// the due time less the check ahead (with none, the due time's text as the claim returned
 /// it; with one, that number printed by Lua's `%d`), the attempt the text the claim
 /// returned, and a row is kept only if its numbers print back as those texts
-/// (`parse_claim`), so the two are the same string. Printed
-/// straight into a script's argument, with `itoa` (a start check prints one a job: through
-/// `fmt` it was the worker's costliest step in a burst after the allocations, perf).
+/// (`parse_claim`), so the two are the same string. Printed straight into a script's
+/// argument, with `itoa` (a start check prints one a job: through `fmt` it was the
+/// worker's costliest step in a burst after the allocations, perf).
 pub(crate) struct Record {
     pub(crate) token: u64,
     pub(crate) start_ms: i64,
