@@ -274,24 +274,8 @@ impl<T: Send + 'static> Scheduler<T> {
         clock::within(deadline, slack, self.clock.tick_nanos())
     }
 
-    /// Schedules `payload` at `deadline` on this thread's shard. Never inlined: a call of
-    /// `insert_due_inlined` and nothing else, it would be, and `Timer::insert` with it.
-    #[inline(never)]
+    /// Schedules `payload` at `deadline` on this thread's shard.
     pub(crate) fn insert_due(
-        &self,
-        deadline: u64,
-        payload: T,
-    ) -> Result<TimerHandle, ScheduleError<T>> {
-        self.insert_due_inlined(deadline, payload)
-    }
-
-    /// `insert_due` inlined into its caller: a sleep's first poll, where the call (its
-    /// frame, the arguments and the result through the stack) cost 18 of the 543
-    /// instructions a W7 timeout added to the floor. Not for `Timer::insert`: there
-    /// `insert_due` marked `#[inline]`, inlined into the user's loop, made W1's producer
-    /// path some 20 instructions dearer.
-    #[inline(always)]
-    pub(crate) fn insert_due_inlined(
         &self,
         deadline: u64,
         payload: T,

@@ -155,23 +155,14 @@ impl<T> Shard<T> {
 
     /// A free slot for the owner of the stage whose contents are `held`: one it kept, or
     /// the next of its batch (whose following slot it prefetches: by the next schedule
-    /// its line is here, wherever the reaper left it), or one from the shard. Only the
-    /// first is inlined: a thread that cancels its timers as fast as it schedules them
-    /// always has one kept, and with the other two inlined as well, the whole was called
-    /// out of line, its result passed through the stack.
-    #[inline(always)]
+    /// its line is here, wherever the reaper left it), or one from the shard.
+    #[inline]
     fn take_slot(&self, held: &mut Held) -> Option<(u32, Slot<'_, T>)> {
-        match held.free.pop() {
+        if let Some((index, raw)) = held.free.pop() {
             // SAFETY: a free slot the stage kept is its owner's, which keeps its chunk, and
             // its addresses are of a slot of this shard's (the stage's).
-            Some((index, raw)) => Some((index, unsafe { Slot::from_raw(raw) })),
-            None => self.take_unkept_slot(held),
+            return Some((index, unsafe { Slot::from_raw(raw) }));
         }
-    }
-
-    /// `take_slot` with no slot kept: the next of the stage's batch, or one from the shard.
-    #[inline(never)]
-    fn take_unkept_slot(&self, held: &mut Held) -> Option<(u32, Slot<'_, T>)> {
         if held.chain == NIL && !self.take_batch(held) {
             // The shard has no free slot: a new one.
             let (index, slot) = self.slots.take()?;
