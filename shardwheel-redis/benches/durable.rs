@@ -42,13 +42,16 @@ mod support;
 
 #[path = "durable_parts/baselines.rs"]
 mod baselines;
+#[path = "durable_parts/consumers.rs"]
+mod consumers;
 #[path = "durable_parts/probe.rs"]
 mod probe;
 #[path = "durable_parts/server.rs"]
 mod server;
 
 use baselines::{alone, floor, poller, produce_naive};
-use probe::{Probe, Samples};
+use consumers::{Consumers, Run, implementations, shardwheel};
+use probe::Samples;
 use server::{cpu_seconds, field, info, raw_conn, reset_stats, server_note};
 use std::future::Future;
 
@@ -58,7 +61,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use futures_util::StreamExt;
 use hdrhistogram::Histogram;
-use shardwheel_redis::{Job, Queue, When, Worker};
+use shardwheel_redis::{Queue, When};
 
 const PAYLOAD: &[u8; 16] = b"0123456789abcdef";
 const PRODUCERS: usize = 4;
@@ -258,48 +261,6 @@ async fn produce_shardwheel(
     .await
 }
 
-/// The check ahead of the bench's second shardwheel-redis run.
-const CHECK_AHEAD: Duration = Duration::from_millis(250);
-
-/// Whether implementation `name` is shardwheel-redis, and its workers' check ahead.
-fn shardwheel(name: &str) -> Option<Duration> {
-    match name {
-        "shardwheel-redis" => Some(Duration::ZERO),
-        "shardwheel-redis-ahead-250ms" => Some(CHECK_AHEAD),
-        _ => None,
-    }
-}
-
-async fn start_workers(
-    server: &support::Server,
-    name: &str,
-    tally: &Arc<Tally>,
-    check_ahead: Duration,
-) -> Vec<Worker> {
-    let mut workers = Vec::new();
-    for _ in 0..WORKERS {
-        let queue = Queue::connect(&server.url(), name).await.unwrap();
-        let tally = Arc::clone(tally);
-        let mut builder = Worker::builder().check_ahead(check_ahead);
-        if let Some(window) = std::env::var("DURABLE_WINDOW_MS")
-            .ok()
-            .and_then(|w| w.parse().ok())
-        {
-            builder = builder.window(Duration::from_millis(window));
-        }
-        let worker = builder
-            .start(queue, move |job: Job| {
-                let now = unix_us(SystemTime::now());
-                let index: usize = job.id.parse().unwrap();
-                tally.record(index, unix_us(job.due), now);
-                std::future::ready(Ok::<(), ()>(()))
-            })
-            .unwrap();
-        workers.push(worker);
-    }
-    workers
-}
-
 /// Waits (at most `patience`) for all `n` jobs of a run, ends its probe, stops its
 /// consumers, and prints its RESULT line: the workload's own figures (`figures`, taken once
 /// the jobs are in), then the deliveries', then the server's round trips over the run.
@@ -367,81 +328,6 @@ fn deliveries(tally: &Tally) -> String {
         lateness(&tally.late.lock().unwrap()),
         tally.early.load(Ordering::Relaxed),
     )
-}
-
-/// The implementations to run: all, unless `DURABLE_ONLY` names some (quick checks).
-fn implementations() -> Vec<&'static str> {
-    let only = std::env::var("DURABLE_ONLY").unwrap_or_default();
-    let named: Vec<&str> = only.split(',').filter(|o| o.contains('-')).collect();
-    [
-        "shardwheel-redis",
-        "shardwheel-redis-ahead-250ms",
-        "naive-poller",
-        "script-poller",
-    ]
-    .into_iter()
-    .filter(|name| named.is_empty() || named.contains(name))
-    .collect()
-}
-
-/// What delivers the jobs: shardwheel-redis's workers or the pollers.
-enum Consumers {
-    Workers(Vec<Worker>),
-    Pollers(Arc<AtomicU64>, Vec<tokio::task::JoinHandle<()>>),
-}
-
-impl Consumers {
-    /// WORKERS of implementation `name` on queue (or key) `queue`, recording into `tally`.
-    async fn start(name: &str, server: &support::Server, queue: &str, tally: &Arc<Tally>) -> Self {
-        if let Some(check_ahead) = shardwheel(name) {
-            let workers = start_workers(server, queue, tally, check_ahead).await;
-            return Consumers::Workers(workers);
-        }
-        let stop = Arc::new(AtomicU64::new(0));
-        let pollers = (0..WORKERS)
-            .map(|_| {
-                tokio::spawn(poller(
-                    server.url(),
-                    queue.to_owned(),
-                    name == "script-poller",
-                    Arc::clone(tally),
-                    Arc::clone(&stop),
-                ))
-            })
-            .collect();
-        Consumers::Pollers(stop, pollers)
-    }
-
-    async fn stop(self, workload: &str) {
-        match self {
-            Consumers::Workers(workers) => {
-                for worker in workers {
-                    eprintln!("{workload} worker: {}", worker.stop().await);
-                }
-            }
-            Consumers::Pollers(stop, pollers) => {
-                stop.store(1, Ordering::Relaxed);
-                for poller in pollers {
-                    poller.await.unwrap();
-                }
-            }
-        }
-    }
-}
-
-/// An implementation's run of a workload: its consumers and the server probe beside them.
-struct Run {
-    consumers: Consumers,
-    probe: Probe,
-}
-
-impl Run {
-    /// Starts the probe, then the consumers (see `Consumers::start`).
-    async fn start(name: &str, server: &support::Server, queue: &str, tally: &Arc<Tally>) -> Self {
-        let probe = Probe::start(&server.url());
-        let consumers = Consumers::start(name, server, queue, tally).await;
-        Run { consumers, probe }
-    }
 }
 
 /// Schedules with implementation `name` (see `produce_shardwheel`); returns the seconds.
