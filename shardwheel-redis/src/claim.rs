@@ -56,8 +56,6 @@ pub(crate) struct Claimed {
     pub(crate) shard: u32,
     pub(crate) token: u64,
     pub(crate) due_ms: i64,
-    /// The start time in its claim's record: `due_ms` less the worker's check ahead.
-    pub(crate) start_ms: i64,
     /// Its start check passed ahead of its due time: it runs when the timer fires it again.
     pub(crate) checked: bool,
     pub(crate) job: Job,
@@ -446,15 +444,12 @@ fn hold(
     payload: Vec<u8>,
 ) {
     let counters = &shared.counters;
-    let ahead_ms = i64::try_from(ms(shared.config.check_ahead)).unwrap_or(i64::MAX);
-    let start_ms = due_ms.saturating_sub(ahead_ms);
-    let start_ns = i128::from(start_ms) * 1_000_000;
+    let start_ns = i128::from(shared.config.start_ms(due_ms)) * 1_000_000;
     let at = certainly_at(shared, base, start_ns);
     let claimed = Claimed {
         shard,
         token,
         due_ms,
-        start_ms,
         checked: false,
         job: Job {
             id,

@@ -119,7 +119,7 @@ pub(crate) async fn check(
                     }
                 }
                 2 => {
-                    let start_ns = i128::from(claimed.start_ms) * 1_000_000;
+                    let start_ns = i128::from(shared.config.start_ms(claimed.due_ms)) * 1_000_000;
                     let ahead = u64::try_from(start_ns - base.server_ns).unwrap_or(0);
                     let at = base.received + Duration::from_nanos(ahead);
                     insert(counters, timer, settle_tx, at, claimed);
@@ -200,7 +200,8 @@ async fn call(shared: &Shared, jobs: &[Claimed]) -> Result<(ClaimBase, Vec<i64>)
         .map(|claimed| {
             let job = &claimed.job;
             let (shard, token) = (claimed.shard, claimed.token);
-            (shard, job.id.as_str(), token, claimed.start_ms, job.attempt)
+            let start_ms = shared.config.start_ms(claimed.due_ms);
+            (shard, job.id.as_str(), token, start_ms, job.attempt)
         })
         .collect();
     let invocation = invocation(queue, ms(shared.config.lease), &rows);

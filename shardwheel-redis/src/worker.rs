@@ -122,6 +122,14 @@ impl Default for WorkerBuilder {
     }
 }
 
+impl WorkerBuilder {
+    /// The start time of a job due at `due_ms` (Unix ms) that this worker claims: its due
+    /// time less the check ahead, as `claim.lua` writes it into the claim's record.
+    pub(crate) fn start_ms(&self, due_ms: i64) -> i64 {
+        due_ms.saturating_sub(i64::try_from(ms(self.check_ahead)).unwrap_or(i64::MAX))
+    }
+}
+
 pub(crate) fn ms(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
