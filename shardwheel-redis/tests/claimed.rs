@@ -206,8 +206,11 @@ async fn a_job_fired_while_a_check_is_held_up_is_checked_at_once_and_runs() {
     let second = first + Duration::from_secs(1);
     let jobs = [("first", first), ("second", second)].map(|(id, at)| (id, When::At(at), &b""[..]));
     support::schedule_new(&queue, jobs).await;
-    support::until("both jobs claimed", async || {
-        queue.counts().await.unwrap().claimed == 2
+    // Held in the worker's timer, not only claimed on the server: a claim round places
+    // its jobs once all its calls and payload reads are back, and a read held up by the
+    // pause below would hold both jobs back with it.
+    support::until("both jobs held by the worker", async || {
+        worker.stats().held == 2
     })
     .await;
     // Every client waits from now until well after the second job's due time: the first
@@ -275,8 +278,9 @@ async fn a_job_checked_ahead_runs_while_every_check_is_held_up() {
         .iter()
         .map(|(id, due)| (id.as_str(), When::At(*due), &b""[..]));
     support::schedule_new(&queue, rows).await;
-    support::until("every job claimed", async || {
-        queue.counts().await.unwrap().claimed == 7
+    // Held in the worker's timer, not only claimed on the server (as above).
+    support::until("every job held by the worker", async || {
+        worker.stats().held == 7
     })
     .await;
     let pause_at = first - Duration::from_millis(600);
