@@ -314,7 +314,8 @@ impl Future for Sleep {
         // while the timer is pending, so its data cannot be another task's meanwhile.
         let waker = cx.waker().clone();
         let wakes = Wakes::of(&waker);
-        match scheduler.insert_due(scheduler.within(deadline, this.slack), Callback::wake(waker)) {
+        let due = scheduler.within(deadline, this.slack);
+        match scheduler.insert_due_inlined(due, Callback::wake(waker)) {
             Ok(handle) => {
                 this.armed = Some(Armed {
                     handle,
