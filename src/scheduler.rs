@@ -397,13 +397,19 @@ impl<T: Send + 'static> Scheduler<T> {
     }
 
     /// Cancels the timer `handle` names if it still waits in the calling thread's stage,
-    /// untouched by any other thread, and returns its payload (see `Shard::take_staged`);
-    /// `None`, and nothing done, otherwise.
+    /// untouched, and returns its payload (see `Shard::take_staged`); `None`, and nothing
+    /// done, otherwise.
+    ///
+    /// # Safety
+    ///
+    /// No other thread holds `handle` (a sleep's own timer): none can cancel or reset the
+    /// timer while this runs.
     #[inline]
-    pub(crate) fn take_staged(&self, handle: TimerHandle) -> Option<T> {
+    pub(crate) unsafe fn take_staged(&self, handle: TimerHandle) -> Option<T> {
         let (shard, named) = self.shard_of(handle)?;
         let stage = producer().stage(self.id, named.shard)?;
-        shard.take_staged(&stage, named.slot, named.generation)
+        // SAFETY: the caller's contract.
+        unsafe { shard.take_staged(&stage, named.slot, named.generation) }
     }
 
     /// Whether the timer `handle` names is still pending (see `Shard::is_pending`).

@@ -238,7 +238,9 @@ impl Sleep {
         let scheduler = self.engine.scheduler();
         // A timer still in this thread's stage (a timeout whose work finished first, the
         // common case) comes back unrun with its waker, dropped here, on the task's core.
-        if let Some(callback) = scheduler.take_staged(handle) {
+        // SAFETY: a sleep's handle never leaves it (`Armed` is private, and no method
+        // hands it out), and the sleep is borrowed here: no other thread holds it.
+        if let Some(callback) = unsafe { scheduler.take_staged(handle) } {
             callback.discard();
             return true;
         }

@@ -187,7 +187,9 @@ fn a_drop_racing_the_fire_wakes_only_for_the_fire(exact: bool, from_stage: bool)
         let reaper = sleeps.reaper();
         let taken = stage
             .as_ref()
-            .and_then(|stage| sleeps.shard.take_staged(stage, slot, generation));
+            // SAFETY: no other thread of the model has the handle (the reaper works
+            // from the stage and its lists).
+            .and_then(|stage| unsafe { sleeps.shard.take_staged(stage, slot, generation) });
         let cancelled = match taken {
             Some(callback) => {
                 assert!(is_wake_up(&callback));

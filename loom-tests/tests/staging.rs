@@ -65,27 +65,57 @@ fn a_staged_timer_cancelled_from_another_thread_is_dropped_once() {
     });
 }
 
-/// The owner takes its staged timer back (a sleep letting go, see `Sleep::let_go`) while
-/// another thread cancels it and the reaper collects the stage and fires what is due:
-/// exactly one of the three ends the timer, and its payload is dropped once.
+/// The owner cancels its staged timer (`cancel_owned`: the compare-and-swap that takes it
+/// out of the stage) while another thread cancels it and the reaper collects the stage and
+/// fires what is due: exactly one of the three ends the timer, and its payload is dropped
+/// once.
 #[test]
-fn the_owner_taking_its_staged_timer_back_races_a_canceller_and_the_reaper() {
+fn the_owners_cancel_of_its_staged_timer_races_a_canceller_and_the_reaper() {
     loom::model(|| {
         let h = Harness::new();
         let (stage, (slot, generation), canceller) = staged_and_cancelled(&h);
-        let taken = Arc::new(loom::sync::atomic::AtomicBool::new(false));
-        let took = Arc::clone(&taken);
+        let owner = Arc::new(loom::sync::atomic::AtomicBool::new(false));
+        let won = Arc::clone(&owner);
         let mut due = beside_passes(&h, move |h| {
-            let payload = h.shard.take_staged(&stage, slot, generation);
-            took.store(payload.is_some(), loom::sync::atomic::Ordering::SeqCst);
+            let cancelled = h.shard.cancel_from(Some(&stage), slot, generation);
+            won.store(cancelled, loom::sync::atomic::Ordering::SeqCst);
         });
         let cancelled = canceller.join().unwrap();
         h.pass(&mut due, 10);
+        let owner = owner.load(loom::sync::atomic::Ordering::SeqCst);
+        assert_eq!(
+            usize::from(owner) + usize::from(cancelled) + h.fired(),
+            1,
+            "cancelled by the owner or the other thread, or fired: one of them"
+        );
+        assert_eq!(h.drops(), 1, "dropped once");
+        assert_eq!(h.shard.pending(), 0);
+    });
+}
+
+/// The owner takes its staged timer back (a sleep letting go, see `Sleep::let_go`: no
+/// other thread holds the handle, so no compare-and-swap) while the reaper collects the
+/// stage and fires what is due: the timer is taken back or fired, not both, and its
+/// payload is dropped once.
+#[test]
+fn the_owner_taking_its_staged_timer_back_races_the_reaper() {
+    loom::model(|| {
+        let h = Harness::new();
+        let stage = h.shard.register_stage().unwrap();
+        let (slot, generation) = h.shard.schedule_staged(&stage, 5, h.payload(1)).unwrap();
+        let taken = Arc::new(loom::sync::atomic::AtomicBool::new(false));
+        let took = Arc::clone(&taken);
+        let mut due = beside_passes(&h, move |h| {
+            // SAFETY: no other thread of the model has the handle.
+            let payload = unsafe { h.shard.take_staged(&stage, slot, generation) };
+            took.store(payload.is_some(), loom::sync::atomic::Ordering::SeqCst);
+        });
+        h.pass(&mut due, 10);
         let taken = taken.load(loom::sync::atomic::Ordering::SeqCst);
         assert_eq!(
-            usize::from(taken) + usize::from(cancelled) + h.fired(),
+            usize::from(taken) + h.fired(),
             1,
-            "taken back, cancelled or fired: one of them"
+            "taken back or fired: one of them"
         );
         assert_eq!(h.drops(), 1, "dropped once");
         assert_eq!(h.shard.pending(), 0);
@@ -235,7 +265,8 @@ fn a_timer_staged_after_the_earliest_was_taken_back(h: Harness, t: Times) {
         .schedule_staged(&stage, t.first, h.payload(1))
         .unwrap();
     // `None` if the reaper collected the stage first: that timer fires then.
-    drop(h.shard.take_staged(&stage, slot, generation));
+    // SAFETY: no other thread of the model has the handle.
+    drop(unsafe { h.shard.take_staged(&stage, slot, generation) });
     h.shard
         .schedule_staged(&stage, t.second, h.payload(10))
         .unwrap();

@@ -34,27 +34,54 @@ impl<T> Shard<T> {
     }
 
     /// The owner's cancel of the timer of generation `generation` in slot `index` if it
-    /// still waits in `stage`, the calling thread's own, untouched by any other thread (no
-    /// reset, no cancel): takes it out and returns its payload, unrun and never seen by a
-    /// reaper. `None`, and nothing done, otherwise. (A sleep that lets go of its timer so
-    /// gets its own waker back, see `Sleep::let_go`.)
+    /// still waits in `stage`, the calling thread's own, untouched (no reset, no cancel):
+    /// takes it out and returns its payload, unrun and never seen by a reaper. `None`, and
+    /// nothing done, otherwise. (A sleep that lets go of its timer so gets its own waker
+    /// back, see `Sleep::let_go`.)
+    ///
+    /// No compare-and-swap, unlike a cancel (`cancel_owned`): the state word is read, and
+    /// the slot renewed with a plain store. With the handle the caller's alone, nothing else
+    /// writes the word of a slot staged in the stage the caller holds: the reaper only
+    /// takes a stage its owner is out of (the handshake of `stage`), and a cancel or reset
+    /// from another thread would need the handle.
+    ///
+    /// # Safety
+    ///
+    /// No other thread holds the handle (`index`, `generation`): none can cancel or reset
+    /// the timer while this runs.
     #[inline]
-    pub fn take_staged(&self, stage: &Stage, index: u32, generation: u32) -> Option<T> {
+    pub unsafe fn take_staged(&self, stage: &Stage, index: u32, generation: u32) -> Option<T> {
         self.holding(stage, |held| {
-            self.take_staged_held(stage, held, index, generation)
+            let slot = self.kept_slot(held, index)?;
+            let place = Self::staged_place(held, index, slot)?;
+            // Relaxed: the word was last written by this thread, which staged the timer;
+            // no other thread writes it while it is staged here (the caller's contract).
+            // Any other word (another generation, a reset's flags) leaves it to the usual
+            // path.
+            if slot.state.load(Ordering::Relaxed) != slots::word(generation, PENDING) | STAGED {
+                return None;
+            }
+            self.count_cancelled(Some(stage));
+            let payload = self.unstage_cancelled(held, index, slot, place, generation);
+            Some(ManuallyDrop::into_inner(payload))
         })
     }
 
-    /// `take_staged`'s work on the contents `held` of `stage`, held by its owner.
+    /// Where slot `index` waits in the stage whose contents are `held`, held by the caller;
+    /// `None` if it is not staged there. Its `link` holds its place, written by this
+    /// thread when it staged it; for a slot not staged here, whatever the link holds fails
+    /// the check: a slot is in one stage at most, only the owner puts it there, and it is
+    /// not staging now.
     #[inline]
-    fn take_staged_held(&self, stage: &Stage, held: &mut Held, index: u32, generation: u32) -> Option<T> {
-        let slot = self.kept_slot(held, index)?;
-        let payload = self.take_staged_slot(stage, held, index, slot, generation)?;
-        Some(ManuallyDrop::into_inner(payload))
+    fn staged_place(held: &Held, index: u32, slot: Slot<'_, T>) -> Option<usize> {
+        // Relaxed: as said.
+        let place = slot.link.load(Ordering::Relaxed) as usize;
+        (held.staged.get(place).map(|staged| staged.index) == Some(index)).then_some(place)
     }
 
-    /// `take_staged_held` once slot `index` is looked up; the payload as `unstage_cancelled`
-    /// hands it.
+    /// The owner's cancel (`cancel_owned`) of the timer of generation `generation` in slot
+    /// `index`, looked up, if it waits in `stage`, the calling thread's own, untouched by
+    /// any other thread; the payload as `unstage_cancelled` hands it.
     #[inline]
     fn take_staged_slot(
         &self,
@@ -64,12 +91,7 @@ impl<T> Shard<T> {
         slot: Slot<'_, T>,
         generation: u32,
     ) -> Option<ManuallyDrop<T>> {
-        // Relaxed: a staged slot's place, written by this thread; for a slot not staged
-        // here, whatever the link holds fails the check (see `unstage`).
-        let place = slot.link.load(Ordering::Relaxed) as usize;
-        if held.staged.get(place).map(|staged| staged.index) != Some(index) {
-            return None;
-        }
+        let place = Self::staged_place(held, index, slot)?;
         // AcqRel on success, Relaxed on failure: as `cancel_pending`'s CAS, from the one
         // word of a pending staged timer of this generation with no other flag.
         slot.state
@@ -152,13 +174,7 @@ impl<T> Shard<T> {
     /// thread the reaper frees when it takes it in.)
     #[inline]
     fn unstage(&self, held: &mut Held, index: u32, slot: Slot<'_, T>) -> Option<T> {
-        // Relaxed: the slot's place was written by this thread when it staged it. If the
-        // slot is no longer in this stage, the check below fails: a slot is in one stage at
-        // most, only the owner puts it there, and it is not staging now.
-        let place = slot.link.load(Ordering::Relaxed) as usize;
-        if held.staged.get(place).map(|staged| staged.index) != Some(index) {
-            return None;
-        }
+        let place = Self::staged_place(held, index, slot)?;
         // Acquire: pairs with the reaper's Release as it clears `QUEUED`, after its last
         // read of the slot's `change_link`, which a later timer in the slot may write.
         let word = slot.state.load(Ordering::Acquire);
