@@ -54,10 +54,12 @@ impl<T> Shard<T> {
         self.holding(stage, |held| {
             let slot = self.kept_slot(held, index)?;
             let place = Self::staged_place(held, index, slot)?;
-            // Relaxed: the word was last written by this thread, which staged the timer;
-            // no other thread writes it while it is staged here (the caller's contract).
-            // Any other word (another generation, a reset's flags) leaves it to the usual
-            // path.
+            // Relaxed: the word was written by this thread when it staged the timer, or
+            // since through the handle, whose holder is the caller (a write made on
+            // another thread, by a sleep polled there, happens before the caller has the
+            // sleep again); no other thread writes it while it is staged here (the
+            // caller's contract). Any other word (another generation, a reset's flags)
+            // leaves it to the usual path.
             if slot.state.load(Ordering::Relaxed) != slots::word(generation, PENDING) | STAGED {
                 return None;
             }
