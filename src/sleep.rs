@@ -332,7 +332,10 @@ impl Future for Sleep {
                 this.armed = Some(Armed {
                     handle,
                     waker: wakes,
-                    forks: global::forks(),
+                    // The count the schedule just checked `global::forks()` against
+                    // (it schedules nothing under another): a field of the scheduler at
+                    // hand, not the static's load through the GOT again.
+                    forks: scheduler.forks(),
                 });
                 Poll::Pending
             }
