@@ -355,17 +355,8 @@ const W2_QUANTILES: [(&str, f64); 4] = [("p50", 0.5), ("p99", 0.99), ("p999", 0.
 fn w2<E: Engine>() -> f64 {
     let probe = Probe::leak(W2_TIMERS);
     let engine = E::start();
-    let mut rng = SplitMix64(42);
-    let delays: Vec<Duration> = (0..W2_TIMERS)
-        .map(|_| Duration::from_nanos(rng.between(0, 1_000_000_000)))
-        .collect();
     let start = Instant::now();
-    engine.enter(|| {
-        for delay in delays {
-            engine.fire_at(Instant::now() + delay, probe);
-        }
-    });
-    let scheduling = start.elapsed();
+    let scheduling = w2_schedule(&engine, W2_TIMERS, Duration::ZERO, probe);
     let all_fired = probe.wait_for(W2_TIMERS, Duration::from_secs(30));
     let wall = start.elapsed();
     // Anything firing twice would show up now.
@@ -382,6 +373,57 @@ fn w2<E: Engine>() -> f64 {
         all_fired && fired == W2_TIMERS && handed_back.unwrap_or(0) == 0,
     );
     rate
+}
+
+/// W2's producer: `timers` timers due in [0, 1 s] from when each is scheduled, later by
+/// `offset`, each to record its lateness in `probe`; how long scheduling them took.
+/// (Kept out of line, so that `scripts/instructions-per-op` can count it alone.)
+#[inline(never)]
+fn w2_schedule<E: Engine>(
+    engine: &E,
+    timers: usize,
+    offset: Duration,
+    probe: &'static Probe,
+) -> Duration {
+    let mut rng = SplitMix64(42);
+    let delays: Vec<Duration> = (0..timers)
+        .map(|_| offset + Duration::from_nanos(rng.between(0, 1_000_000_000)))
+        .collect();
+    let start = Instant::now();
+    engine.enter(|| {
+        for delay in delays {
+            engine.fire_at(Instant::now() + delay, probe);
+        }
+    });
+    start.elapsed()
+}
+
+/// `ENGINE_W2_COUNT=IMPLEMENTATION:N`: W2's producer with N timers, for `shardwheel` or
+/// `tokio-sleep`, and nothing printed: for `scripts/instructions-per-op`, which counts the
+/// instructions of `w2_schedule` alone in such runs. The timers are due 1,000 s later
+/// than W2's, and the engine stops (handing them back) once they are scheduled: run under
+/// callgrind, 50 times slower, W2's own deadlines came due while the producer still
+/// scheduled, and how many of its slots came back freed (against new ones) moved its
+/// figure by 20 to 150 instructions a schedule from run to run. In a real W2 run the
+/// producer is done within some 40 ms, before most of them come due: new slots, as here.
+fn w2_count(spec: &str) {
+    fn run<E: Engine>(timers: usize) {
+        let probe = Probe::leak(0);
+        let engine = E::start();
+        w2_schedule(&engine, timers, Duration::from_secs(1_000), probe);
+        engine.stop();
+    }
+    let Some((name, timers)) = spec.split_once(':') else {
+        panic!("ENGINE_W2_COUNT={spec}: IMPLEMENTATION:N expected");
+    };
+    let timers = timers
+        .parse()
+        .unwrap_or_else(|_| panic!("ENGINE_W2_COUNT={spec}: {timers} is not a count"));
+    match name {
+        "shardwheel" => run::<Shardwheel<true>>(timers),
+        "tokio-sleep" => run::<TokioSleep>(timers),
+        _ => panic!("ENGINE_W2_COUNT={spec}: no implementation {name}"),
+    }
 }
 
 const W5_TIMERS: usize = 1_000_000;
@@ -503,6 +545,9 @@ fn w6_floor() {
 fn main() {
     if let Ok(spec) = std::env::var("ENGINE_W1_COUNT") {
         return w1::w1_count(&spec);
+    }
+    if let Ok(spec) = std::env::var("ENGINE_W2_COUNT") {
+        return w2_count(&spec);
     }
     let only = std::env::var("ENGINE_ONLY").unwrap_or_default();
     let runs = |workload: &str| only.is_empty() || only.split(',').any(|w| w.trim() == workload);

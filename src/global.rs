@@ -149,6 +149,9 @@ impl EngineRef {
         }
     }
 
+    /// Inlined, as `Timer::global`: a sleep's drop, compiled in the user's crate, called
+    /// it (a call through the GOT and back for a load and a test).
+    #[inline]
     pub(crate) fn scheduler(&self) -> &Scheduler<Callback> {
         match &self.0 {
             Some(engine) => engine.scheduler(),
@@ -187,6 +190,7 @@ impl Timer {
     /// futures::executor::block_on(timer.sleep(Duration::from_millis(1))).unwrap();
     /// assert!(std::ptr::eq(timer, shardwheel::Timer::global()));
     /// ```
+    #[inline]
     pub fn global() -> &'static Timer {
         global_if_built().unwrap_or_else(build_global)
     }

@@ -232,6 +232,13 @@ impl<T: Send + 'static> Scheduler<T> {
         &self.shards
     }
 
+    /// The forks the process descended from at the build (see `global`): a schedule
+    /// succeeds only while `global::forks()` says the same.
+    #[inline]
+    pub(crate) fn forks(&self) -> u32 {
+        self.forks
+    }
+
     pub(crate) fn clock(&self) -> Clock {
         self.clock
     }

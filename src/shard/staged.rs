@@ -117,9 +117,6 @@ impl<T> Shard<T> {
         // Relaxed: the deadline, place and state are published with the stage (its
         // Release), or with the inbox push that hands the stage over.
         slot.deadline.store(deadline, Ordering::Relaxed);
-        // Whether this timer is the earliest staged since the stage was last emptied by a
-        // hand-over or a collection, as the holder of the stage last recorded it.
-        let earliest = stage.min().is_none_or(|min| deadline < min);
         // SAFETY: the stage is held.
         let len = unsafe {
             stage.with(|held| {
@@ -130,6 +127,11 @@ impl<T> Shard<T> {
         };
         slot.state
             .store(slots::word(generation, PENDING) | STAGED, Ordering::Relaxed);
+        // Whether this timer is the earliest staged since the stage was last emptied by a
+        // hand-over or a collection, as the holder of the stage (this thread, now) last
+        // recorded it. Read here, where it is used, rather than before the push: held
+        // across it, it was kept as two flags on the stack.
+        let earliest = stage.min().is_none_or(|min| deadline < min);
         if earliest {
             stage.set_min(deadline);
         }

@@ -199,7 +199,16 @@ impl<T> Shard<T> {
     /// over; a payload would be leaked, not dropped twice, were that to fail).
     #[inline(always)]
     fn unstage_cancelled(&self, held: &mut Held, index: u32, slot: Slot<'_, T>, place: usize, generation: u32) -> ManuallyDrop<T> {
-        // SAFETY: the slot is staged here, so no reaper has seen it, and it is cancelled
+        // Out of the stage first: where nothing comes between (a sleep's `take_staged`),
+        // the length `staged_place` checked `place` against is the one the removal
+        // checks, and the check folds (after the pushes below it was loaded and compared
+        // again); the payload is taken after it, so that it is not held across it.
+        held.staged.swap_remove(place);
+        if let Some(moved) = held.staged.get(place) {
+            // SAFETY: the moved timer is staged in the stage the caller holds.
+            unsafe { moved.set_place(place) };
+        }
+        // SAFETY: the slot was staged here, so no reaper has seen it, and it is cancelled
         // with no change or reset on it (the caller checked): nobody else takes its
         // payload or touches it.
         let payload = ManuallyDrop::new(unsafe { slot.take_payload() });
@@ -214,11 +223,6 @@ impl<T> Shard<T> {
             held.free.push((index, slot.raw()));
         } else {
             held.chunks.gave(index);
-        }
-        held.staged.swap_remove(place);
-        if let Some(moved) = held.staged.get(place) {
-            // SAFETY: the moved timer is staged in the stage the caller holds.
-            unsafe { moved.set_place(place) };
         }
         // The stage's earliest deadline stays, even if the stage is now empty (see
         // `Stage::min`).
