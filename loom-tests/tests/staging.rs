@@ -65,6 +65,27 @@ fn a_staged_timer_cancelled_from_another_thread_is_dropped_once() {
     });
 }
 
+/// Runs the owner's `step` (true if it ended the timer) on a thread of its own beside the
+/// reaper's passes (`beside_passes`); returns the reaper's state and whether the step
+/// ended the timer.
+fn owner_beside_passes(
+    h: &Harness,
+    step: impl FnOnce(&Harness) -> bool + Send + 'static,
+) -> (Due, bool) {
+    let won = Arc::new(loom::sync::atomic::AtomicBool::new(false));
+    let record = Arc::clone(&won);
+    let due = beside_passes(h, move |h| record.store(step(&h), SeqCst));
+    (due, won.load(SeqCst))
+}
+
+/// The model's one timer ended once: by `ended` of the threads that tried (0 or 1), or
+/// fired; and its payload was dropped once.
+fn assert_ended_once(h: &Harness, ended: usize) {
+    assert_eq!(ended + h.fired(), 1, "ended by one thread or fired: once");
+    assert_eq!(h.drops(), 1, "dropped once");
+    assert_eq!(h.shard.pending(), 0);
+}
+
 /// The owner cancels its staged timer (`cancel_owned`: the compare-and-swap that takes it
 /// out of the stage) while another thread cancels it and the reaper collects the stage and
 /// fires what is due: exactly one of the three ends the timer, and its payload is dropped
@@ -74,22 +95,12 @@ fn the_owners_cancel_of_its_staged_timer_races_a_canceller_and_the_reaper() {
     loom::model(|| {
         let h = Harness::new();
         let (stage, (slot, generation), canceller) = staged_and_cancelled(&h);
-        let owner = Arc::new(loom::sync::atomic::AtomicBool::new(false));
-        let won = Arc::clone(&owner);
-        let mut due = beside_passes(&h, move |h| {
-            let cancelled = h.shard.cancel_from(Some(&stage), slot, generation);
-            won.store(cancelled, loom::sync::atomic::Ordering::SeqCst);
+        let (mut due, owner) = owner_beside_passes(&h, move |h| {
+            h.shard.cancel_from(Some(&stage), slot, generation)
         });
         let cancelled = canceller.join().unwrap();
         h.pass(&mut due, 10);
-        let owner = owner.load(loom::sync::atomic::Ordering::SeqCst);
-        assert_eq!(
-            usize::from(owner) + usize::from(cancelled) + h.fired(),
-            1,
-            "cancelled by the owner or the other thread, or fired: one of them"
-        );
-        assert_eq!(h.drops(), 1, "dropped once");
-        assert_eq!(h.shard.pending(), 0);
+        assert_ended_once(&h, usize::from(owner) + usize::from(cancelled));
     });
 }
 
@@ -103,22 +114,12 @@ fn the_owner_taking_its_staged_timer_back_races_the_reaper() {
         let h = Harness::new();
         let stage = h.shard.register_stage().unwrap();
         let (slot, generation) = h.shard.schedule_staged(&stage, 5, h.payload(1)).unwrap();
-        let taken = Arc::new(loom::sync::atomic::AtomicBool::new(false));
-        let took = Arc::clone(&taken);
-        let mut due = beside_passes(&h, move |h| {
+        let (mut due, taken) = owner_beside_passes(&h, move |h| {
             // SAFETY: no other thread of the model has the handle.
-            let payload = unsafe { h.shard.take_staged(&stage, slot, generation) };
-            took.store(payload.is_some(), loom::sync::atomic::Ordering::SeqCst);
+            unsafe { h.shard.take_staged(&stage, slot, generation) }.is_some()
         });
         h.pass(&mut due, 10);
-        let taken = taken.load(loom::sync::atomic::Ordering::SeqCst);
-        assert_eq!(
-            usize::from(taken) + h.fired(),
-            1,
-            "taken back or fired: one of them"
-        );
-        assert_eq!(h.drops(), 1, "dropped once");
-        assert_eq!(h.shard.pending(), 0);
+        assert_ended_once(&h, usize::from(taken));
     });
 }
 
