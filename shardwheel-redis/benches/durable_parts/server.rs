@@ -109,9 +109,10 @@ pub(super) async fn script_log_start(url: &str) -> bool {
     true
 }
 
-/// What a logged command was: the script by its keys and arguments (`schedule` takes one
-/// key; `claim` seven; `settle` and `extend` six, `settle` with a payload prefix first
-/// among its arguments; `start` a tok hash first), otherwise the command's name.
+/// What a logged command was: the script by its keys and arguments (`start` takes a tok
+/// hash first, two or three keys a shard; otherwise `schedule` takes one key, `claim`
+/// seven, `settle` and `extend` six, `settle` with a payload prefix first among its
+/// arguments), otherwise the command's name.
 fn kind(args: &[Vec<u8>]) -> String {
     let text = |i: usize| {
         args.get(i)
@@ -121,12 +122,14 @@ fn kind(args: &[Vec<u8>]) -> String {
     if name != "evalsha" {
         return name;
     }
+    if text(3).ends_with(":tok") {
+        return "start.lua".into();
+    }
     match text(2) {
         "1" => "schedule.lua".into(),
         "7" => "claim.lua".into(),
         "6" if text(9).ends_with(":j:") => "settle.lua".into(),
         "6" => "extend.lua".into(),
-        _ if text(3).ends_with(":tok") => "start.lua".into(),
         _ => "evalsha (other)".into(),
     }
 }
