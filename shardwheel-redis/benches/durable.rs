@@ -19,7 +19,9 @@
 //! (default: the crate's, 10 s). `DURABLE_SCALE=0.1` runs a tenth of the jobs (and D1 over
 //! a tenth of its 60 s span, at least 6 s) for a quick check; the figures to report come
 //! from the default, 1. `DURABLE_COMMANDSTATS=1` prints the server's command statistics
-//! after each workload (and D1's for its scheduling phase alone). Notes give each side's
+//! after each workload (and D1's for its scheduling phase alone); `DURABLE_SCRIPTSTATS=1`
+//! splits D1's scheduling phase by script (the server's log of every command, which costs
+//! it some time: see `server::script_log_start`). Notes give each side's
 //! CPU time while scheduling, to show where the time went. D1 then schedules its jobs
 //! twice more, each time on a fresh server with no consumers: through a bare script (the
 //! floor) and through the queue (`alone`), which splits shardwheel-redis's gap to the floor
@@ -52,7 +54,9 @@ mod server;
 use baselines::{alone, floor, poller, produce_naive};
 use consumers::{Consumers, Run, implementations, shardwheel};
 use probe::Samples;
-use server::{cpu_seconds, field, info, raw_conn, reset_stats, server_note};
+use server::{
+    cpu_seconds, field, info, raw_conn, reset_stats, script_log_start, script_split, server_note,
+};
 use std::future::Future;
 
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
@@ -357,14 +361,22 @@ async fn d1(scale: f64) {
         if stats {
             reset_stats(&server.url()).await;
         }
+        let logged = script_log_start(&server.url()).await;
         let cpu_before = cpu_seconds(&server.url()).await;
         let schedule_s = produce(name, &server, "d1", &delays, None).await;
         let cpu_after = cpu_seconds(&server.url()).await;
+        let delivered = tally.delivered.load(Ordering::Relaxed);
         if stats {
             let mut conn = raw_conn(&server.url()).await;
             println!(
                 "note D1 {name}: the server's command statistics while scheduling:\n{}",
                 info(&mut conn, "commandstats").await
+            );
+        }
+        if logged {
+            println!(
+                "note D1 {name}: the server's time by script while scheduling ({delivered} jobs delivered meanwhile):\n{}",
+                script_split(&server.url(), delivered, n as u64).await
             );
         }
         println!(

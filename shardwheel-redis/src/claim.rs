@@ -206,8 +206,10 @@ pub(crate) fn parse_claim(reply: Value) -> Option<ClaimReply> {
 }
 
 /// Server time a claim is given per job of a shard's backlog, times the shards (`claim.lua`'s
-/// ARGV[7]): a shard holding n jobs due within the window has its jobs claimed
-/// `n * shards * CLAIM_US_PER_JOB` earlier than the lead. About 1.4 times what claims took on
+/// ARGV[7]): a shard holding n jobs due within h has its jobs due then claimed up to
+/// `n * shards * CLAIM_US_PER_JOB` earlier than the lead, when that is more than h less the
+/// lead (the claims of the jobs due before one could not all be made in the time left
+/// before it otherwise: `claim.lua`'s horizons). About 1.4 times what claims took on
 /// the 2-core machine of benches/README.md while a burst was being claimed (500,000 jobs in
 /// about 7 s, 14 us each), so a burst's claims end before it comes due.
 const CLAIM_US_PER_JOB: u64 = 20;

@@ -217,6 +217,43 @@ async fn a_claim_reaches_past_its_lead_only_for_a_backlog_within_the_window() {
 }
 
 #[tokio::test]
+async fn jobs_spread_over_the_window_are_claimed_no_earlier_than_their_claims_need() {
+    let server = support::Server::start();
+    let queue = queue(&server, "e").await;
+    // Forty jobs of one shard, one every 250 ms over the 10 s window (125 ms, 375 ms, ...).
+    let ids: Vec<String> = (0..)
+        .map(|i| format!("e-{i}"))
+        .filter(|id| shard(&queue, id) == 0)
+        .take(40)
+        .collect();
+    let jobs = ids.iter().enumerate().map(|(i, id)| {
+        let delay = Duration::from_millis(125 + 250 * i as u64);
+        (id.as_str(), When::After(delay), &b"p"[..])
+    });
+    queue.schedule_many(jobs).await.unwrap();
+    let limits = crate::claim::ClaimLimits {
+        window_ms: 10_000,
+        lead_ms: 1_000,
+        lead_per_job_us: 100_000,
+        lease_ms: 30_000,
+        room: 100,
+        batch: 1000,
+        max_attempts: 5,
+        check_ahead_ms: 0,
+    };
+    // At 100 ms a job, the jobs due within h take 0.4 h to claim: those due within 1.67 s
+    // need their claims begun now (1 s of lead + 0.4 h >= h), the horizon of 2.5 s rounds
+    // that to 2 s; the later ones have time. One count over the whole window (40 jobs, 4 s
+    // beside the lead) would claim the first 20, as if they were due at once.
+    let (_, claimed, _) = claim_with(&queue, 0, &limits).await;
+    let mut got: Vec<&str> = claimed.iter().map(|job| job.0.as_str()).collect();
+    got.sort_unstable();
+    let mut want: Vec<&str> = ids[..8].iter().map(String::as_str).collect();
+    want.sort_unstable();
+    assert_eq!(got, want);
+}
+
+#[tokio::test]
 async fn a_claimed_batch_shares_one_lease_a_lease_after_its_latest_due_time() {
     let server = support::Server::start();
     let queue = queue(&server, "b").await;

@@ -46,8 +46,8 @@ pub struct Stats {
     /// this worker's claim with a live lease: cancelled, rescheduled or taken back meanwhile,
     /// or its lease expired (the start check).
     pub revoked: u64,
-    /// Start checks sent: one for the jobs fired in one instant (one `start.lua` call per
-    /// shard among them).
+    /// Start checks sent: one for the jobs fired in one instant (with a check ahead, within
+    /// a tenth of it, at most 25 ms), one `start.lua` call per shard among them.
     pub checks: u64,
     /// Start checks sent while earlier ones were still awaited (a worker has at most four
     /// out at once): jobs that fired during a check did not wait for its reply.

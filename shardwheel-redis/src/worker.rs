@@ -152,9 +152,10 @@ impl WorkerBuilder {
     }
 
     /// How far ahead of its due time a job is claimed when its shard has no backlog
-    /// (default 2 s; never more than [`window`](Self::window)). A shard holding many jobs
-    /// due within the window has them claimed earlier, by 20 us of server time per job
-    /// and shard, so that a burst is claimed before it comes due; otherwise a job stays in
+    /// (default 2 s; never more than [`window`](Self::window)). A shard holding more jobs
+    /// due before a time than claims can take by then (at 20 us of server time per job and
+    /// shard) has them claimed earlier, so that a burst is claimed before it comes due;
+    /// jobs spread evenly over the window are not. Otherwise a job stays in
     /// the due set until about `lead` before its time, and the claims' server work comes
     /// near the jobs' due times rather than with their scheduling (on a server busy with
     /// schedules, that is Redis's thread left to them). It must cover a claim round trip

@@ -1,6 +1,7 @@
 //! The worker in this process against a real server: delivery once and never early,
 //! graceful stop, retries and the dead-letter set, cancel racing claims, duplicate ids,
-//! lease extension for long handlers, wake-up hints and their loss.
+//! lease extension for long handlers, wake-up hints and their loss, start checks shared by
+//! the jobs that fire close together with a check ahead.
 
 mod support;
 
@@ -43,6 +44,32 @@ async fn delivers_each_job_once_never_early_and_acks_it() {
         stats.early, 0,
         "a job started before its due time by the server clock"
     );
+}
+
+/// With a check ahead of 250 ms, the jobs that fire within 25 ms of each other go in one
+/// start check: twenty jobs due 1 ms apart take one or two checks, not one an instant.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_check_ahead_jobs_firing_close_together_share_a_start_check() {
+    let server = support::Server::start();
+    let queue = Queue::connect(&server.url(), "gather").await.unwrap();
+    let now = queue.server_time().await.unwrap();
+    let base = now + Duration::from_secs(1);
+    let ids: Vec<String> = (0..20).map(|i| format!("g-{i}")).collect();
+    let jobs = ids.iter().enumerate().map(|(i, id)| {
+        let due = base + Duration::from_millis(i as u64);
+        (id.as_str(), When::At(due), &b""[..])
+    });
+    support::schedule_new(&queue, jobs).await;
+    let (seen, handler) = recording();
+    let worker = Worker::builder()
+        .check_ahead(Duration::from_millis(250))
+        .start(queue.clone(), handler)
+        .unwrap();
+    support::until("every job acked", async || empty(&queue).await).await;
+    let stats = worker.stop().await;
+    assert_eq!(seen.lock().unwrap().len(), 20);
+    assert_eq!((stats.delivered, stats.acked, stats.early), (20, 20, 0));
+    assert!(stats.checks <= 2, "{} start checks", stats.checks);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

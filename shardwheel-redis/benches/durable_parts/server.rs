@@ -77,3 +77,111 @@ pub(super) async fn raw_conn(url: &str) -> redis::aio::MultiplexedConnection {
         .await
         .unwrap()
 }
+
+/// With `DURABLE_SCRIPTSTATS` set: has the server log every command that takes 5 µs or more,
+/// with its time (`SLOWLOG`), so that `script_split` can tell the scripts apart, which
+/// `INFO commandstats` counts together as `evalsha`. Redis 7.0 logs the commands a script
+/// calls too: the threshold leaves out most of those (a job's `HSETNX` or `HDEL`) and of
+/// the plain commands, whose totals `INFO commandstats` gives. The log costs the server
+/// some time of its own: figures to read beside each other, not beside runs without it.
+pub(super) async fn script_log_start(url: &str) -> bool {
+    if std::env::var_os("DURABLE_SCRIPTSTATS").is_none() {
+        return false;
+    }
+    let mut conn = raw_conn(url).await;
+    for (name, value) in [
+        ("slowlog-max-len", "4000000"),
+        ("slowlog-log-slower-than", "5"),
+    ] {
+        redis::cmd("CONFIG")
+            .arg("SET")
+            .arg(name)
+            .arg(value)
+            .query_async::<()>(&mut conn)
+            .await
+            .unwrap();
+    }
+    redis::cmd("SLOWLOG")
+        .arg("RESET")
+        .query_async::<()>(&mut conn)
+        .await
+        .unwrap();
+    true
+}
+
+/// What a logged command was: the script by its keys and arguments (`start` takes a tok
+/// hash first, two or three keys a shard; otherwise `schedule` takes one key, `claim`
+/// seven, `settle` and `extend` six, `settle` with a payload prefix first among its
+/// arguments), otherwise the command's name.
+fn kind(args: &[Vec<u8>]) -> String {
+    let text = |i: usize| {
+        args.get(i)
+            .map_or("", |a| std::str::from_utf8(a).unwrap_or(""))
+    };
+    let name = text(0).to_ascii_lowercase();
+    if name != "evalsha" {
+        return name;
+    }
+    if text(3).ends_with(":tok") {
+        return "start.lua".into();
+    }
+    match text(2) {
+        "1" => "schedule.lua".into(),
+        "7" => "claim.lua".into(),
+        "6" if text(9).ends_with(":j:") => "settle.lua".into(),
+        "6" => "extend.lua".into(),
+        _ => "evalsha (other)".into(),
+    }
+}
+
+/// Stops the log and sums it by `kind`: calls and server µs of each, and µs per job of
+/// `per` (the jobs the phase delivered) and per scheduled job (`scheduled`).
+pub(super) async fn script_split(url: &str, per: u64, scheduled: u64) -> String {
+    let mut conn = raw_conn(url).await;
+    redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("slowlog-log-slower-than")
+        .arg("-1")
+        .query_async::<()>(&mut conn)
+        .await
+        .unwrap();
+    let log: Vec<redis::Value> = redis::cmd("SLOWLOG")
+        .arg("GET")
+        .arg("-1")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let mut sums: std::collections::BTreeMap<String, (u64, u64)> = Default::default();
+    for entry in log {
+        let redis::Value::Array(fields) = entry else {
+            continue;
+        };
+        let us = match fields.get(2) {
+            Some(redis::Value::Int(us)) => *us as u64,
+            _ => 0,
+        };
+        let args: Vec<Vec<u8>> = match fields.get(3) {
+            Some(redis::Value::Array(args)) => args
+                .iter()
+                .map(|arg| match arg {
+                    redis::Value::BulkString(bytes) => bytes.clone(),
+                    _ => Vec::new(),
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
+        let sum = sums.entry(kind(&args)).or_default();
+        sum.0 += 1;
+        sum.1 += us;
+    }
+    let mut lines = Vec::new();
+    for (kind, (calls, us)) in sums {
+        lines.push(format!(
+            "  {kind}: {calls} calls, {us} us, {:.2} us a call, {:.3} us a delivered job, {:.3} us a scheduled job",
+            us as f64 / calls.max(1) as f64,
+            us as f64 / per.max(1) as f64,
+            us as f64 / scheduled.max(1) as f64,
+        ));
+    }
+    lines.join("\n")
+}

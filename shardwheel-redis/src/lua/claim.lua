@@ -8,20 +8,27 @@
 -- ARGV[1] window ms   ARGV[2] lease ms (after the due time)   ARGV[3] most jobs to claim
 -- ARGV[4] most jobs to reap from expired leases
 -- ARGV[5] attempts before the dead-letter set
--- ARGV[6] lead ms   ARGV[7] lead µs per job of the shard's backlog (see (2) below)
+-- ARGV[6] lead ms   ARGV[7] claim µs per job of the shard's backlog (see (2) below)
 -- ARGV[8] check ahead ms: how long before its due time a job's start is checked
 --
 -- Contract: with now = the server's TIME, (1) batches whose lease expired at now are taken
 -- back, whole, until ARGV[4] jobs were reaped: each of the batch's jobs still under that
 -- claim (its record has the batch's token) returns to due at now, or goes to the dead set
 -- if it has used its ARGV[5] attempts; (2) up to ARGV[3] jobs due at or before now + ahead,
--- earliest first, leave the due set as one claimed batch, where ahead = min(window, lead +
--- backlog * ARGV[7] / 1000) and backlog = the jobs due at or before now + window still in
--- the due set: a job is claimed about `lead` before its due time, earlier only when the
--- shard holds more jobs due within the window than the claims could take in `lead` (a burst
--- due in one second is claimed ahead, spread over the time its claims need). Claiming no
--- earlier than that keeps the claims' server work near the jobs' due times rather than
--- bunched with their scheduling: one fresh token for the batch (a per-shard counter, so a
+-- earliest first, leave the due set as one claimed batch, where ahead is the latest time
+-- by which claiming must have begun: with need(h) = lead + backlog(h) * ARGV[7] / 1000,
+-- backlog(h) = the jobs due at or before now + h still in the due set, and the horizons
+-- h_k = k * window / 8 (k = 1..8, h_0 = 0), ahead = min(window, max(lead, the largest
+-- min(h_k, need(h_k)) over the k with need(h_k) > h_(k-1))). A job due at now + h must
+-- be claimed now once need(h) >= h (the claims of the jobs due before it fill the time
+-- left but `lead`); such an h in (h_(k-1), h_k] has h <= need(h) <= need(h_k), so ahead
+-- covers it, and ahead is never more than the bound min(window, need(window)) of one count
+-- over the whole window, which claimed a shard's jobs spread evenly over the window as
+-- early as a burst of as many jobs. So a job is claimed about `lead` before its due time,
+-- earlier only when the jobs due before it are more than the claims could take in the
+-- time left (a burst due in one second is claimed ahead, spread over the time its claims
+-- need). Claiming no earlier than that keeps the claims' server work near the jobs' due
+-- times rather than bunched with their scheduling: one fresh token for the batch (a per-shard counter, so a
 -- token is never reused by another claim), one lease entry for the batch, token ->
 -- max(latest due in it, now) + lease ms, its ids in one list and its count in the held hash
 -- (so neither the claim nor the ack writes a lease a job: held.lua), attempt count + 1 per
@@ -35,7 +42,7 @@
 -- Returns {now, token, {id, due, attempt, ...}, reaped count, TIME seconds, TIME
 -- microseconds} (token 0 if no job was claimed; the last two let the worker bound the
 -- server's clock to the microsecond).
--- Bound: O((reap + claim) log N), the claim capped by ARGV[3], the reap by ARGV[4] plus one
+-- Bound: O((reap + claim + 8) log N), the claim capped by ARGV[3], the reap by ARGV[4] plus one
 -- batch (the client allows at most 3000 jobs a batch, so the variadic calls stay within
 -- Lua's stack); a few redis calls per batch, and one per claimed job (its attempts) only
 -- while the shard has jobs tried and not acked. The due times stay the text that
@@ -93,9 +100,19 @@ end
 
 -- The attempts hash exists only while some job of the shard has failed or expired.
 local has_att = redis.call('EXISTS', KEYS[6]) == 1
--- ZCOUNT is O(log N): the skiplist's ranks.
-local backlog = redis.call('ZCOUNT', KEYS[1], '-inf', now + window)
-local ahead = math.min(window, lead + math.floor(backlog * lead_per_job / 1000))
+-- How far ahead to claim: (2) above. ZCOUNT is O(log N): the skiplist's ranks.
+local ahead = lead
+if lead_per_job > 0 and lead < window then
+  local below = 0
+  for k = 1, 8 do
+    local h = math.floor(window * k / 8)
+    local backlog = redis.call('ZCOUNT', KEYS[1], '-inf', now + h)
+    local need = lead + math.floor(backlog * lead_per_job / 1000)
+    if need > below then ahead = math.max(ahead, math.min(h, need)) end
+    below = h
+  end
+end
+ahead = math.min(window, ahead)
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now + ahead, 'WITHSCORES', 'LIMIT', 0, max_claim)
 local out = {}
 local token = 0
