@@ -71,6 +71,31 @@ async fn claim_with(
     )
 }
 
+/// Limits of a worker with a 10 s window, a 1 s lead, `lead_per_job_us` of claims a job of
+/// the shard's backlog, and room for 100 jobs: for the tests of how far ahead claims reach.
+fn reach_limits(lead_per_job_us: u64) -> crate::claim::ClaimLimits {
+    crate::claim::ClaimLimits {
+        window_ms: 10_000,
+        lead_ms: 1_000,
+        lead_per_job_us,
+        lease_ms: 30_000,
+        room: 100,
+        batch: 1000,
+        max_attempts: 5,
+        check_ahead_ms: 0,
+    }
+}
+
+/// Checks that a claim with `limits` on shard 0 claims the jobs `want`, in any order.
+async fn assert_claims(queue: &Queue, limits: &crate::claim::ClaimLimits, want: &[String]) {
+    let (_, claimed, _) = claim_with(queue, 0, limits).await;
+    let mut got: Vec<&str> = claimed.iter().map(|job| job.0.as_str()).collect();
+    got.sort_unstable();
+    let mut want: Vec<&str> = want.iter().map(String::as_str).collect();
+    want.sort_unstable();
+    assert_eq!(got, want);
+}
+
 /// Runs settle.lua on `shard` for (id, token, action) triples, as a worker with no check
 /// ahead: one result per triple.
 async fn settle(
@@ -191,29 +216,12 @@ async fn a_claim_reaches_past_its_lead_only_for_a_backlog_within_the_window() {
         )
     });
     queue.schedule_many(jobs).await.unwrap();
-    let mut limits = crate::claim::ClaimLimits {
-        window_ms: 10_000,
-        lead_ms: 1_000,
-        lead_per_job_us: 100_000,
-        lease_ms: 30_000,
-        room: 100,
-        batch: 1000,
-        max_attempts: 5,
-        check_ahead_ms: 0,
-    };
     // A lead of 1 s plus 100 ms a job: the backlog of 10 within the window adds 1 s, short
     // of the 3 s to their due time, so none is claimed yet.
-    let (_, claimed, _) = claim_with(&queue, 0, &limits).await;
-    assert!(claimed.is_empty(), "claimed ahead of the lead: {claimed:?}");
+    assert_claims(&queue, &reach_limits(100_000), &[]).await;
     // At 250 ms a job, the backlog brings them within reach: all ten, not the one beyond
     // the window.
-    limits.lead_per_job_us = 250_000;
-    let (_, claimed, _) = claim_with(&queue, 0, &limits).await;
-    let mut got: Vec<&str> = claimed.iter().map(|job| job.0.as_str()).collect();
-    got.sort_unstable();
-    let mut want: Vec<&str> = ids[..10].iter().map(String::as_str).collect();
-    want.sort_unstable();
-    assert_eq!(got, want);
+    assert_claims(&queue, &reach_limits(250_000), &ids[..10]).await;
 }
 
 #[tokio::test]
@@ -231,26 +239,11 @@ async fn jobs_spread_over_the_window_are_claimed_no_earlier_than_their_claims_ne
         (id.as_str(), When::After(delay), &b"p"[..])
     });
     queue.schedule_many(jobs).await.unwrap();
-    let limits = crate::claim::ClaimLimits {
-        window_ms: 10_000,
-        lead_ms: 1_000,
-        lead_per_job_us: 100_000,
-        lease_ms: 30_000,
-        room: 100,
-        batch: 1000,
-        max_attempts: 5,
-        check_ahead_ms: 0,
-    };
     // At 100 ms a job, the jobs due within h take 0.4 h to claim: those due within 1.67 s
     // need their claims begun now (1 s of lead + 0.4 h >= h), the horizon of 2.5 s rounds
     // that to 2 s; the later ones have time. One count over the whole window (40 jobs, 4 s
     // beside the lead) would claim the first 20, as if they were due at once.
-    let (_, claimed, _) = claim_with(&queue, 0, &limits).await;
-    let mut got: Vec<&str> = claimed.iter().map(|job| job.0.as_str()).collect();
-    got.sort_unstable();
-    let mut want: Vec<&str> = ids[..8].iter().map(String::as_str).collect();
-    want.sort_unstable();
-    assert_eq!(got, want);
+    assert_claims(&queue, &reach_limits(100_000), &ids[..8]).await;
 }
 
 #[tokio::test]
