@@ -151,12 +151,7 @@ where
             Next::Fired(Some(first)) => {
                 // Every job fired since the last look is checked in one round trip (`start`).
                 let mut fired = vec![first];
-                while fired.len() < start::MOST {
-                    match fire_rx.try_recv() {
-                        Ok(claimed) => fired.push(claimed),
-                        Err(_) => break,
-                    }
-                }
+                take_fired(&mut fire_rx, &mut fired);
                 if gather.is_zero() {
                     checks.push(check(fired, checks.len()));
                 } else {
@@ -167,12 +162,7 @@ where
                 }
             }
             Next::Gathered => {
-                while gathered.len() < start::MOST {
-                    match fire_rx.try_recv() {
-                        Ok(claimed) => gathered.push(claimed),
-                        Err(_) => break,
-                    }
-                }
+                take_fired(&mut fire_rx, &mut gathered);
                 // Past `MOST`, the rest goes in the next check, at once (its time is up).
                 let count = gathered.len().min(start::MOST);
                 let fired = gathered.drain(..count).collect();
@@ -199,6 +189,17 @@ where
     shared.checks_full.store(false, Ordering::Relaxed);
     // Every handler holds a permit until it has sent its outcome.
     let _ = dispatch.permits.acquire_many(concurrency).await;
+}
+
+/// Moves the jobs fired since the last look from `fire_rx` into `into`, until it holds
+/// `start::MOST` (the rest wait for the next check).
+fn take_fired(fire_rx: &mut mpsc::UnboundedReceiver<Claimed>, into: &mut Vec<Claimed>) {
+    while into.len() < start::MOST {
+        match fire_rx.try_recv() {
+            Ok(claimed) => into.push(claimed),
+            Err(_) => break,
+        }
+    }
 }
 
 impl<F> Dispatch<F> {

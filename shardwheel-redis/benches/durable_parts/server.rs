@@ -68,9 +68,13 @@ pub(super) async fn reset_stats(url: &str) {
         .unwrap();
 }
 
+/// A plain connection to the bench's server. It waits up to a minute to connect, as for a
+/// reply: the client's default of a second to connect was too short for a server busy
+/// with a phase's scripts on a loaded machine, and a bench phase died of it.
 pub(super) async fn raw_conn(url: &str) -> redis::aio::MultiplexedConnection {
-    let config =
-        redis::AsyncConnectionConfig::new().set_response_timeout(Some(Duration::from_secs(60)));
+    let config = redis::AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(Duration::from_secs(60)))
+        .set_response_timeout(Some(Duration::from_secs(60)));
     redis::Client::open(url)
         .unwrap()
         .get_multiplexed_async_connection_with_config(&config)
