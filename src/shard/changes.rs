@@ -33,6 +33,8 @@ impl<T> Shard<T> {
     /// `cancel`, from the thread that owns `stage` (if given): a timer still staged there
     /// is taken out at once, and its slot kept for the thread's next timer; and the owner
     /// looks at the slot without a pin where its stage allows (see `cancel_owned`).
+    /// Inlined into `Scheduler::cancel`, which is not inlined in turn (see there).
+    #[inline]
     pub fn cancel_from(&self, stage: Option<&Stage>, index: u32, generation: u32) -> bool {
         if let Some(cancelled) = stage.and_then(|stage| self.cancel_owned(stage, index, generation))
         {
