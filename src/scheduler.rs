@@ -8,10 +8,9 @@
 //! another timer's shard). The record has no destructor, so that reaching it costs no
 //! check; a second thread-local, set up with the thread's first stage, empties the list as
 //! the thread exits, letting go of its stages, which the reapers then collect.
-//! Beside the list, the record keeps the stage last looked up, by its key, as a plain
-//! pointer (`Recent`): a thread that schedules and cancels on one timer finds its stage
-//! with two compares, not a borrow of the list and a walk of it (some 15 instructions an
-//! operation).
+//! Beside the list, the record keeps the stage last looked up, by its key, as a pointer
+//! (`Recent`): a thread that schedules and cancels on one timer finds its stage with two
+//! compares, not a borrow of the list and a walk of it (some 15 instructions an operation).
 
 use crate::clock::{self, Clock};
 use crate::error::{ScheduleError, StaleHandle};
