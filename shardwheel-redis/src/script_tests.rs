@@ -137,12 +137,25 @@ fn shard(queue: &Queue, id: &str) -> u32 {
 /// `n` ids that fall on the same shard, and that shard.
 fn same_shard(queue: &Queue, n: usize) -> (Vec<String>, u32) {
     let s = shard(queue, "id-0");
-    let ids = (0..)
-        .map(|i| format!("id-{i}"))
+    (ids_on_shard(queue, "id", s, n), s)
+}
+
+/// Schedules `ids`, each with the payload `p`, the `i`th due `delay_ms(i)` from now.
+async fn schedule_after(queue: &Queue, ids: &[String], delay_ms: impl Fn(usize) -> u64) {
+    let jobs = ids.iter().enumerate().map(|(i, id)| {
+        let delay = Duration::from_millis(delay_ms(i));
+        (id.as_str(), When::After(delay), &b"p"[..])
+    });
+    queue.schedule_many(jobs).await.unwrap();
+}
+
+/// The first `n` ids `<prefix>-<i>` that fall on shard `s`.
+fn ids_on_shard(queue: &Queue, prefix: &str, s: u32, n: usize) -> Vec<String> {
+    (0..)
+        .map(|i| format!("{prefix}-{i}"))
         .filter(|id| shard(queue, id) == s)
         .take(n)
-        .collect();
-    (ids, s)
+        .collect()
 }
 
 #[tokio::test]
@@ -202,20 +215,8 @@ async fn a_claim_reaches_past_its_lead_only_for_a_backlog_within_the_window() {
     let server = support::Server::start();
     let queue = queue(&server, "l").await;
     // Ten jobs of one shard due in 3 s, and one in 20 s (beyond the window).
-    let ids: Vec<String> = (0..)
-        .map(|i| format!("l-{i}"))
-        .filter(|id| shard(&queue, id) == 0)
-        .take(11)
-        .collect();
-    let jobs = ids.iter().enumerate().map(|(i, id)| {
-        let delay = if i == 10 { 20_000 } else { 3_000 };
-        (
-            id.as_str(),
-            When::After(Duration::from_millis(delay)),
-            &b"p"[..],
-        )
-    });
-    queue.schedule_many(jobs).await.unwrap();
+    let ids = ids_on_shard(&queue, "l", 0, 11);
+    schedule_after(&queue, &ids, |i| if i == 10 { 20_000 } else { 3_000 }).await;
     // A lead of 1 s plus 100 ms a job: the backlog of 10 within the window adds 1 s, short
     // of the 3 s to their due time, so none is claimed yet.
     assert_claims(&queue, &reach_limits(100_000), &[]).await;
@@ -229,16 +230,8 @@ async fn jobs_spread_over_the_window_are_claimed_no_earlier_than_their_claims_ne
     let server = support::Server::start();
     let queue = queue(&server, "e").await;
     // Forty jobs of one shard, one every 250 ms over the 10 s window (125 ms, 375 ms, ...).
-    let ids: Vec<String> = (0..)
-        .map(|i| format!("e-{i}"))
-        .filter(|id| shard(&queue, id) == 0)
-        .take(40)
-        .collect();
-    let jobs = ids.iter().enumerate().map(|(i, id)| {
-        let delay = Duration::from_millis(125 + 250 * i as u64);
-        (id.as_str(), When::After(delay), &b"p"[..])
-    });
-    queue.schedule_many(jobs).await.unwrap();
+    let ids = ids_on_shard(&queue, "e", 0, 40);
+    schedule_after(&queue, &ids, |i| 125 + 250 * i as u64).await;
     // At 100 ms a job, the jobs due within h take 0.4 h to claim: those due within 1.67 s
     // need their claims begun now (1 s of lead + 0.4 h >= h), the horizon of 2.5 s rounds
     // that to 2 s; the later ones have time. One count over the whole window (40 jobs, 4 s
