@@ -57,8 +57,27 @@ struct Kind {
     /// # Safety
     /// The word was made by this kind's constructor and is used once (run or dropped).
     run: unsafe fn(Word),
-    /// Drops it unrun; the same contract.
-    drop: unsafe fn(Word),
+    /// Drops it unrun; the same contract. `None` for a closure kept in the word with
+    /// nothing to drop (one that captures references or nothing): a cancelled timer's
+    /// payload then costs no call (W1's cancel: the call through this table was 3 of its
+    /// instructions, beside the call that reaches `discard`).
+    drop: Option<unsafe fn(Word)>,
+}
+
+impl Kind {
+    /// Drops the closure in `data` unrun; a closure with nothing to drop costs no call.
+    ///
+    /// # Safety
+    /// As `Kind::drop`: the word was made by this kind's constructor and is used once.
+    #[inline]
+    unsafe fn drop_unrun(&self, data: Word) {
+        // Without `drop`, the word holds an `F` with no drop glue (`Inline::KIND`): letting
+        // it go is its drop.
+        if let Some(drop) = self.drop {
+            // SAFETY: the caller's contract.
+            unsafe { drop(data) }
+        }
+    }
 }
 
 /// A closure `F` kept in the data word itself.
@@ -70,7 +89,11 @@ impl<F: FnOnce()> Inline<F> {
 
     const KIND: Kind = Kind {
         run: Self::run,
-        drop: Self::drop,
+        drop: if std::mem::needs_drop::<F>() {
+            Some(Self::drop)
+        } else {
+            None
+        },
     };
 
     unsafe fn run(data: Word) {
@@ -111,7 +134,7 @@ struct Boxed<F>(PhantomData<F>);
 impl<F: FnOnce()> Boxed<F> {
     const KIND: Kind = Kind {
         run: Self::run,
-        drop: Self::drop,
+        drop: Some(Self::drop),
     };
 
     /// # Safety
@@ -198,7 +221,7 @@ impl Callback {
         match self.take() {
             // SAFETY: the word was made with this kind, and is used once: `take` forgot
             // the callback.
-            Taken::Closure(data, kind) => unsafe { (kind.drop)(data) },
+            Taken::Closure(data, kind) => unsafe { kind.drop_unrun(data) },
             Taken::Waker(waker) => drop(waker),
         }
     }
@@ -230,7 +253,7 @@ impl Drop for Callback {
         // forget it).
         match unsafe { parts(self.data, self.table) } {
             // SAFETY: the word was made with this kind, and is used once (above).
-            Taken::Closure(data, kind) => unsafe { (kind.drop)(data) },
+            Taken::Closure(data, kind) => unsafe { kind.drop_unrun(data) },
             // A wake-up dropped unrun (its timer shut down) wakes its task, which finds
             // the timer gone; a cancelled timer's is discarded instead, waking nobody.
             Taken::Waker(waker) => waker.wake(),
@@ -367,6 +390,23 @@ mod tests {
             assert!(outcome.is_err());
             assert_eq!(Arc::strong_count(&runs), 1);
         }
+    }
+
+    #[test]
+    fn only_a_closure_with_something_to_drop_has_a_drop_to_call() {
+        fn drops<F: FnOnce()>(_: &F) -> bool {
+            Inline::<F>::KIND.drop.is_some()
+        }
+        let word = 0x5eed_u64;
+        let copied = move || assert_eq!(std::hint::black_box(word), 0x5eed);
+        let runs = Arc::new(AtomicUsize::new(0));
+        let shared = move || {
+            runs.fetch_add(1, Ordering::Relaxed);
+        };
+        assert!(!drops(&|| {}));
+        assert!(!drops(&copied));
+        assert!(drops(&shared), "an `Arc` captured is released when discarded");
+        assert!(Boxed::<fn()>::KIND.drop.is_some(), "a box is always freed");
     }
 
     /// A waker that counts its wake-ups; its `Arc`'s count tells how many copies live.
