@@ -16,7 +16,8 @@
 //!
 //! `DURABLE_ONLY=D2` (or `D1`, `D3`, and, comma-separated, implementations by name)
 //! picks workloads and implementations; `DURABLE_WINDOW_MS` sets the workers' claim window
-//! (default: the crate's, 10 s). `DURABLE_SCALE=0.1` runs a tenth of the jobs (and D1 over
+//! (default: the crate's, 10 s), `DURABLE_BUCKETS` the queue's payload hashes a shard
+//! (default: the crate's, `DEFAULT_BUCKETS`). `DURABLE_SCALE=0.1` runs a tenth of the jobs (and D1 over
 //! a tenth of its 60 s span, at least 6 s) for a quick check; the figures to report come
 //! from the default, 1. `DURABLE_COMMANDSTATS=1` prints the server's command statistics
 //! after each workload (and D1's for its scheduling phase alone); `DURABLE_SCRIPTSTATS=1`
@@ -65,7 +66,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use futures_util::StreamExt;
 use hdrhistogram::Histogram;
-use shardwheel_redis::{Queue, When};
+use shardwheel_redis::When;
 
 const PAYLOAD: &[u8; 16] = b"0123456789abcdef";
 const PRODUCERS: usize = 4;
@@ -246,7 +247,7 @@ async fn produce_shardwheel(
     at: Option<u64>,
 ) -> f64 {
     let delays = Arc::clone(delays);
-    let connect = async || Queue::connect(&server.url(), name).await.unwrap();
+    let connect = async || consumers::connect(server, name).await;
     fan_out(delays.len(), connect, move |queue, chunk| {
         let delays = Arc::clone(&delays);
         async move {
@@ -465,7 +466,7 @@ async fn d3(scale: f64) {
         let server = support::Server::start();
         let mut conn = raw_conn(&server.url()).await;
         // The queue's meta key and connections exist before the first reading.
-        let _ = Queue::connect(&server.url(), "d3").await.unwrap();
+        let _ = consumers::connect(&server, "d3").await;
         let before = field(&info(&mut conn, "memory").await, "used_memory");
         let cpu_before = cpu_seconds(&server.url()).await;
         let schedule_s = produce(name, &server, "d3", &delays, None).await;

@@ -15,6 +15,19 @@ use super::{Tally, WORKERS, poller, support, unix_us};
 /// The check ahead of the bench's second shardwheel-redis run.
 const CHECK_AHEAD: Duration = Duration::from_millis(250);
 
+/// A client of queue `name` on `server`, with `DURABLE_BUCKETS` payload hashes a shard if
+/// set (`QueueBuilder::buckets`; the crate's default otherwise).
+pub(super) async fn connect(server: &support::Server, name: &str) -> Queue {
+    let mut builder = Queue::builder(name);
+    if let Some(buckets) = std::env::var("DURABLE_BUCKETS")
+        .ok()
+        .and_then(|b| b.parse().ok())
+    {
+        builder = builder.buckets(buckets);
+    }
+    builder.connect(&server.url()).await.unwrap()
+}
+
 /// Whether implementation `name` is shardwheel-redis, and its workers' check ahead.
 pub(super) fn shardwheel(name: &str) -> Option<Duration> {
     match name {
@@ -32,7 +45,7 @@ async fn start_workers(
 ) -> Vec<Worker> {
     let mut workers = Vec::new();
     for _ in 0..WORKERS {
-        let queue = Queue::connect(&server.url(), name).await.unwrap();
+        let queue = connect(server, name).await;
         let tally = Arc::clone(tally);
         let mut builder = Worker::builder().check_ahead(check_ahead);
         if let Some(window) = std::env::var("DURABLE_WINDOW_MS")

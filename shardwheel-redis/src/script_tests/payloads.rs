@@ -5,13 +5,32 @@
 use std::time::Duration;
 
 use super::{claim, queue, support};
+use crate::Queue;
 use crate::job::{Cancelled, JobState, Rescheduled, When};
-use crate::keys::{ShardKeys, hash};
+use crate::keys::{ShardKeys, bucket_of, hash, shard_of};
+use crate::scripts::{Call, SCRIPTS};
 
 #[tokio::test]
 async fn schedule_stores_once_in_the_bucket_rust_computes_and_due_by_server_time() {
+    schedule_stores_once(8).await;
+}
+
+/// With one payload hash a shard, a call's jobs are looked up and stored together (one
+/// `HMGET`, one `HSET`): the same contract.
+#[tokio::test]
+async fn schedule_into_one_hash_a_shard_stores_once_and_due_by_server_time() {
+    schedule_stores_once(1).await;
+}
+
+/// Schedules into a queue of 4 shards and `buckets` payload hashes a shard.
+async fn schedule_stores_once(buckets: u32) {
     let server = support::Server::start();
-    let queue = queue(&server, "s").await;
+    let queue = Queue::builder("s")
+        .shards(4)
+        .buckets(buckets)
+        .connect(&server.url())
+        .await
+        .unwrap();
     let mut conn = server.sync_conn();
     let before = support::server_ms(&mut conn);
     let ids: Vec<String> = (0..200).map(|i| format!("job-{i}")).collect();
@@ -31,7 +50,7 @@ async fn schedule_stores_once_in_the_bucket_rust_computes_and_due_by_server_time
         assert_eq!(found.as_deref(), Some(id.as_bytes()), "status of {id}");
         let h = hash(id.as_bytes());
         let keys = ShardKeys::new("s", h % 4);
-        let bucket = format!("{}{}", keys.payload_prefix, (h / 4) % 8);
+        let bucket = format!("{}{}", keys.payload_prefix, (h / 4) % buckets);
         let payload: Option<String> = redis::cmd("HGET")
             .arg(&bucket)
             .arg(id)
@@ -99,6 +118,22 @@ async fn schedule_stores_once_in_the_bucket_rust_computes_and_due_by_server_time
     let expected: Vec<bool> = (0..50).map(|i| i != 10 && i != 37).collect();
     assert_eq!(stored, expected);
     assert_eq!(queue.status("m-37").await.unwrap().unwrap().1, b"old");
+    // The script on its own given one id twice in a call, which the client never sends:
+    // the first is stored, the second named as repeated.
+    let keys = queue.keys(shard_of(b"twice", 4));
+    let bucket = bucket_of(b"twice", 4, buckets);
+    let mut call = Call::new(&SCRIPTS.schedule, &[&keys.due]);
+    call.arg(&keys.payload_prefix).arg("d").arg("hint").arg(0);
+    call.arg("twice").arg(60_000).arg(bucket).arg("first");
+    call.arg("twice").arg(1_000).arg(bucket).arg("second");
+    let repeated: Vec<usize> = call.invoke_async(&mut queue.conn()).await.unwrap();
+    assert_eq!(repeated, vec![1]);
+    let (state, payload) = queue.status("twice").await.unwrap().unwrap();
+    assert_eq!(payload, b"first");
+    let JobState::Pending { due, .. } = state else {
+        panic!("twice is {state:?}");
+    };
+    assert!(due > queue.server_time().await.unwrap() + Duration::from_secs(30));
 }
 
 #[tokio::test]
