@@ -9,17 +9,20 @@
 //! and a delivery's lateness is `SystemTime::now()` at the handler's start minus the job's
 //! due time (an early start would be negative and is counted in `early`).
 //!
-//! shardwheel-redis runs twice: as a worker is by default, its jobs' starts checked on the
-//! server at their due time, and as `shardwheel-redis-ahead-250ms`, with a check ahead
+//! shardwheel-redis runs three times: as a worker is by default, its jobs' starts checked on
+//! the server at their due time; as `shardwheel-redis-ahead-250ms`, with a check ahead
 //! (`WorkerBuilder::check_ahead`) of 250 ms, which takes the check's round trip off a job's
-//! lateness while the server answers within it, at the price of cancels in the last 250 ms.
+//! lateness while the server answers within it, at the price of cancels in the last 250 ms;
+//! and as `shardwheel-redis-one-hash-ahead-250ms`, with that check ahead and one payload hash
+//! a shard (`QueueBuilder::buckets(1)`), whose schedules store a call's jobs at once, at the
+//! price of memory (D3).
 //!
 //! `DURABLE_ONLY=D2` (or `D1`, `D3`, and, comma-separated, implementations by name)
 //! picks workloads and implementations; `DURABLE_WINDOW_MS` sets the workers' claim window
-//! (default: the crate's, 10 s), `DURABLE_BUCKETS` the queue's payload hashes a shard
-//! (default: the crate's, `DEFAULT_BUCKETS`). `DURABLE_SCALE=0.1` runs a tenth of the jobs (and D1 over
-//! a tenth of its 60 s span, at least 6 s) for a quick check; the figures to report come
-//! from the default, 1. `DURABLE_COMMANDSTATS=1` prints the server's command statistics
+//! (default: the crate's, 10 s), `DURABLE_BUCKETS` the payload hashes a shard of the runs
+//! that do not set theirs (default: the crate's, `DEFAULT_BUCKETS`). `DURABLE_SCALE=0.1`
+//! runs a tenth of the jobs (and D1 over a tenth of its 60 s span, at least 6 s) for a
+//! quick check; the figures to report come from the default, 1. `DURABLE_COMMANDSTATS=1` prints the server's command statistics
 //! after each workload (and D1's for its scheduling phase alone); `DURABLE_SCRIPTSTATS=1`
 //! splits D1's scheduling phase by script (the server's log of every command, which costs
 //! it some time: see `server::script_log_start`). Notes give each side's
@@ -239,15 +242,17 @@ where
 }
 
 /// Schedules `delays` (ms) as jobs "0".."n" from PRODUCERS concurrent queue clients, in
-/// batches; `at` turns a delay into an absolute due time instead (D2). Returns the seconds.
+/// batches; `at` turns a delay into an absolute due time instead (D2); `buckets`: the
+/// queue's payload hashes a shard, if it is new and not the default. Returns the seconds.
 async fn produce_shardwheel(
     server: &support::Server,
     name: &str,
     delays: &Arc<Vec<u64>>,
     at: Option<u64>,
+    buckets: Option<u32>,
 ) -> f64 {
     let delays = Arc::clone(delays);
-    let connect = async || consumers::connect(server, name).await;
+    let connect = async || consumers::connect(server, name, buckets).await;
     fan_out(delays.len(), connect, move |queue, chunk| {
         let delays = Arc::clone(&delays);
         async move {
@@ -343,8 +348,8 @@ async fn produce(
     delays: &Arc<Vec<u64>>,
     at: Option<u64>,
 ) -> f64 {
-    if shardwheel(name).is_some() {
-        produce_shardwheel(server, queue, delays, at).await
+    if let Some(setup) = shardwheel(name) {
+        produce_shardwheel(server, queue, delays, at, setup.buckets).await
     } else {
         produce_naive(server, queue, delays, at).await
     }
@@ -416,8 +421,9 @@ async fn d1(scale: f64) {
             "note D1 floor: the same jobs through a script doing only HSET and ZADD per job, no workers (load {}): {rate:.0} per second, redis-server {cpu_us:.2} us CPU per job",
             loadavg()
         );
-        let schedule =
-            async |server: &support::Server| produce_shardwheel(server, "d1", &delays, None).await;
+        let schedule = async |server: &support::Server| {
+            produce_shardwheel(server, "d1", &delays, None, None).await
+        };
         let (rate, cpu_us) = alone(n, schedule).await;
         println!(
             "note D1 shardwheel-redis alone: the same schedule with no workers (load {}): {rate:.0} per second, redis-server {cpu_us:.2} us CPU per job; against the floor, this is the schedule path's cost, and the rest of the gap of schedule_per_s is the deliveries' share of the server",
@@ -466,7 +472,8 @@ async fn d3(scale: f64) {
         let server = support::Server::start();
         let mut conn = raw_conn(&server.url()).await;
         // The queue's meta key and connections exist before the first reading.
-        let _ = consumers::connect(&server, "d3").await;
+        let buckets = shardwheel(name).and_then(|setup| setup.buckets);
+        let _ = consumers::connect(&server, "d3", buckets).await;
         let before = field(&info(&mut conn, "memory").await, "used_memory");
         let cpu_before = cpu_seconds(&server.url()).await;
         let schedule_s = produce(name, &server, "d3", &delays, None).await;

@@ -66,8 +66,9 @@
 //! of a shard share a hash tag so a script touches one cluster slot. Per shard: a `due`
 //! sorted set (id by due time), a `lease` sorted set (id by lease expiry, one expiry and
 //! one fencing token per claimed batch), a `dead` sorted set, and the payloads spread over
-//! small hashes. The client names each job's payload hash (no script hashes an id), and a
-//! worker reads its claimed jobs' payloads with plain `HGET`s, not in the claim. Modules:
+//! small hashes (or one hash a shard). The client names each job's payload hash (no script
+//! hashes an id), and a worker reads its claimed jobs' payloads with plain `HMGET`s, not in
+//! the claim. Modules:
 //! `keys` (layout and id hash), `scripts`, `queue` (the producer API), `builder` (its
 //! options and connection), `job` (its values), `worker` (the handler's side), `claim`,
 //! `clock` (bounds on the server's clock), `dispatch` (running handlers), `start` (the

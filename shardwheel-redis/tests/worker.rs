@@ -16,10 +16,42 @@ async fn empty(queue: &Queue) -> bool {
     queue.counts().await.unwrap() == Counts::default()
 }
 
+/// A queue `name` on `server`, with `buckets` payload hashes a shard if given (the
+/// default otherwise).
+async fn queue_with(server: &support::Server, name: &str, buckets: Option<u32>) -> Queue {
+    let builder = Queue::builder(name);
+    let builder = match buckets {
+        Some(buckets) => builder.buckets(buckets),
+        None => builder,
+    };
+    builder.connect(&server.url()).await.unwrap()
+}
+
+/// The payload hashes of queue `name` left on `server`.
+fn payload_hashes(server: &support::Server, name: &str) -> Vec<String> {
+    redis::cmd("KEYS")
+        .arg(format!("{{{name}:*}}:j:*"))
+        .query(&mut server.sync_conn())
+        .unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn delivers_each_job_once_never_early_and_acks_it() {
+    delivers_once(None).await;
+}
+
+/// With one payload hash a shard: the schedules, the claims' payload reads and the acks
+/// each take a batch's jobs at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_one_hash_a_shard_delivers_each_job_once_never_early_and_acks_it() {
+    delivers_once(Some(1)).await;
+}
+
+/// 3,000 jobs due over 2 s, on a queue of `buckets` payload hashes a shard: each runs once,
+/// never early, and is acked, its payload gone.
+async fn delivers_once(buckets: Option<u32>) {
     let server = support::Server::start();
-    let queue = Queue::connect(&server.url(), "once").await.unwrap();
+    let queue = queue_with(&server, "once", buckets).await;
     let ids: Vec<String> = (0..3000).map(|i| format!("job-{i}")).collect();
     let jobs = ids.iter().enumerate().map(|(i, id)| {
         let delay = Duration::from_millis((i as u64 * 7) % 2000);
@@ -44,6 +76,7 @@ async fn delivers_each_job_once_never_early_and_acks_it() {
         stats.early, 0,
         "a job started before its due time by the server clock"
     );
+    assert_eq!(payload_hashes(&server, "once"), Vec::<String>::new());
 }
 
 /// With a check ahead of 250 ms, the jobs that fire within 25 ms of each other go in one
@@ -246,8 +279,19 @@ async fn cancel_racing_claims_never_runs_a_job_cancelled_before_its_due_time() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn duplicate_ids_from_racing_producers_run_once_with_the_first_payload() {
+    duplicates_run_once(None).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_one_hash_a_shard_duplicate_ids_from_racing_producers_run_once() {
+    duplicates_run_once(Some(1)).await;
+}
+
+/// Four producers schedule the same 300 ids at once, on a queue of `buckets` payload
+/// hashes a shard: each id is stored by one of them and runs once, with that payload.
+async fn duplicates_run_once(buckets: Option<u32>) {
     let server = support::Server::start();
-    let queue = Queue::connect(&server.url(), "dup").await.unwrap();
+    let queue = queue_with(&server, "dup", buckets).await;
     let mut producers = Vec::new();
     for producer in 0..4u8 {
         let queue = queue.clone();

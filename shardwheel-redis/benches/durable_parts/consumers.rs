@@ -12,42 +12,58 @@ use shardwheel_redis::{Job, Queue, Worker};
 use super::probe::Probe;
 use super::{Tally, WORKERS, poller, support, unix_us};
 
-/// The check ahead of the bench's second shardwheel-redis run.
+/// The check ahead of the bench's second and third shardwheel-redis runs.
 const CHECK_AHEAD: Duration = Duration::from_millis(250);
 
-/// A client of queue `name` on `server`, with `DURABLE_BUCKETS` payload hashes a shard if
-/// set (`QueueBuilder::buckets`; the crate's default otherwise).
-pub(super) async fn connect(server: &support::Server, name: &str) -> Queue {
+/// How a shardwheel-redis run sets up its queue and workers.
+#[derive(Clone, Copy)]
+pub(super) struct Setup {
+    /// The workers' check ahead (`WorkerBuilder::check_ahead`).
+    pub(super) check_ahead: Duration,
+    /// The queue's payload hashes a shard (`QueueBuilder::buckets`), if not the crate's
+    /// default.
+    pub(super) buckets: Option<u32>,
+}
+
+/// A client of queue `name` on `server`, with `buckets` payload hashes a shard, or
+/// `DURABLE_BUCKETS` if set, or the queue's own count (the crate's default for a new one).
+pub(super) async fn connect(server: &support::Server, name: &str, buckets: Option<u32>) -> Queue {
     let mut builder = Queue::builder(name);
-    if let Some(buckets) = std::env::var("DURABLE_BUCKETS")
-        .ok()
-        .and_then(|b| b.parse().ok())
-    {
+    let from_env = || std::env::var("DURABLE_BUCKETS").ok()?.parse().ok();
+    if let Some(buckets) = buckets.or_else(from_env) {
         builder = builder.buckets(buckets);
     }
     builder.connect(&server.url()).await.unwrap()
 }
 
-/// Whether implementation `name` is shardwheel-redis, and its workers' check ahead.
-pub(super) fn shardwheel(name: &str) -> Option<Duration> {
-    match name {
-        "shardwheel-redis" => Some(Duration::ZERO),
-        "shardwheel-redis-ahead-250ms" => Some(CHECK_AHEAD),
-        _ => None,
-    }
+/// Whether implementation `name` is shardwheel-redis, and how it is set up: as it is by
+/// default; with a check ahead; with a check ahead and one payload hash a shard, which
+/// stores a call's jobs with one lookup and one write (schedule.lua) for about 54 bytes
+/// more a pending job (D3).
+pub(super) fn shardwheel(name: &str) -> Option<Setup> {
+    let (check_ahead, buckets) = match name {
+        "shardwheel-redis" => (Duration::ZERO, None),
+        "shardwheel-redis-ahead-250ms" => (CHECK_AHEAD, None),
+        "shardwheel-redis-one-hash-ahead-250ms" => (CHECK_AHEAD, Some(1)),
+        _ => return None,
+    };
+    Some(Setup {
+        check_ahead,
+        buckets,
+    })
 }
 
 async fn start_workers(
     server: &support::Server,
     name: &str,
     tally: &Arc<Tally>,
-    check_ahead: Duration,
+    setup: Setup,
 ) -> Vec<Worker> {
     let mut workers = Vec::new();
     for _ in 0..WORKERS {
-        let queue = connect(server, name).await;
+        let queue = connect(server, name, setup.buckets).await;
         let tally = Arc::clone(tally);
-        let mut builder = Worker::builder().check_ahead(check_ahead);
+        let mut builder = Worker::builder().check_ahead(setup.check_ahead);
         if let Some(window) = std::env::var("DURABLE_WINDOW_MS")
             .ok()
             .and_then(|w| w.parse().ok())
@@ -74,6 +90,7 @@ pub(super) fn implementations() -> Vec<&'static str> {
     [
         "shardwheel-redis",
         "shardwheel-redis-ahead-250ms",
+        "shardwheel-redis-one-hash-ahead-250ms",
         "naive-poller",
         "script-poller",
     ]
@@ -91,8 +108,8 @@ pub(super) enum Consumers {
 impl Consumers {
     /// WORKERS of implementation `name` on queue (or key) `queue`, recording into `tally`.
     async fn start(name: &str, server: &support::Server, queue: &str, tally: &Arc<Tally>) -> Self {
-        if let Some(check_ahead) = shardwheel(name) {
-            let workers = start_workers(server, queue, tally, check_ahead).await;
+        if let Some(setup) = shardwheel(name) {
+            let workers = start_workers(server, queue, tally, setup).await;
             return Consumers::Workers(workers);
         }
         let stop = Arc::new(AtomicU64::new(0));

@@ -21,7 +21,9 @@
 -- batch of the call, not a job, and the batch's lease entry and list go with its last job).
 -- Bound: O(n log N) for n quadruples (the client sends at most 512 a call); an ack costs one
 -- redis call (its payload) plus a few per batch, and no id hashing in Lua; of its record it
--- reads the token only (no number made of the due time or the attempt).
+-- reads the token only (no number made of the due time or the attempt). When every job of
+-- the call names one payload hash (a queue of one hash a shard), the acked payloads go with
+-- one HDEL for them all.
 -- let_go is prepended from held.lua when loaded (scripts.rs).
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -35,6 +37,16 @@ if #ids == 0 then return out end
 local recs = redis.call('HMGET', KEYS[3], unpack(ids))
 local has_att = redis.call('EXISTS', KEYS[5]) == 1
 local settled, seen, batches = {}, {}, {}
+-- Whether every job names one payload hash (always so in a queue of one hash a shard):
+-- then the acked jobs' payloads go with one HDEL.
+local shared = #ids > 1
+for i = 13, #ARGV, 4 do
+  if ARGV[i] ~= ARGV[9] then
+    shared = false
+    break
+  end
+end
+local acked = {}
 for k = 1, #ids do
   local i = 6 + (k - 1) * 4
   local id, token, action = ARGV[i], ARGV[i + 1], ARGV[i + 2]
@@ -46,7 +58,11 @@ for k = 1, #ids do
     batches[token] = (batches[token] or 0) + 1
     if action == 'a' then
       if has_att then redis.call('HDEL', KEYS[5], id) end
-      redis.call('HDEL', prefix .. ARGV[i + 3], id)
+      if shared then
+        acked[#acked + 1] = id
+      else
+        redis.call('HDEL', prefix .. ARGV[i + 3], id)
+      end
       result = 1
     else
       -- The record's start time (text, as claim.lua wrote it) and attempt.
@@ -75,6 +91,7 @@ for k = 1, #ids do
   end
   out[#out + 1] = result
 end
+if #acked > 0 then redis.call('HDEL', prefix .. ARGV[9], unpack(acked)) end
 -- The settled records go together: one call; then one let_go a batch.
 if #settled > 0 then
   redis.call('HDEL', KEYS[3], unpack(settled))

@@ -25,12 +25,7 @@ async fn schedule_into_one_hash_a_shard_stores_once_and_due_by_server_time() {
 /// Schedules into a queue of 4 shards and `buckets` payload hashes a shard.
 async fn schedule_stores_once(buckets: u32) {
     let server = support::Server::start();
-    let queue = Queue::builder("s")
-        .shards(4)
-        .buckets(buckets)
-        .connect(&server.url())
-        .await
-        .unwrap();
+    let queue = queue_of(&server, "s", buckets).await;
     let mut conn = server.sync_conn();
     let before = support::server_ms(&mut conn);
     let ids: Vec<String> = (0..200).map(|i| format!("job-{i}")).collect();
@@ -182,8 +177,30 @@ async fn reschedule_status_and_cancel_find_the_payload_in_the_hash_the_client_na
 
 #[tokio::test]
 async fn a_claimed_job_s_payload_is_read_from_the_hash_the_client_names() {
+    claimed_payloads_are_read(8).await;
+}
+
+/// With one payload hash a shard, a claim's payloads come with one `HMGET`.
+#[tokio::test]
+async fn a_claimed_job_s_payload_is_read_from_the_one_hash_of_its_shard() {
+    claimed_payloads_are_read(1).await;
+}
+
+/// A queue of 4 shards and `buckets` payload hashes a shard.
+async fn queue_of(server: &support::Server, name: &str, buckets: u32) -> Queue {
+    Queue::builder(name)
+        .shards(4)
+        .buckets(buckets)
+        .connect(&server.url())
+        .await
+        .unwrap()
+}
+
+/// Claims jobs over every shard of a queue of `buckets` payload hashes a shard and reads
+/// their payloads.
+async fn claimed_payloads_are_read(buckets: u32) {
     let server = support::Server::start();
-    let queue = queue(&server, "p").await;
+    let queue = queue_of(&server, "p", buckets).await;
     // Ids over every shard and many of each shard's payload hashes, each its own payload.
     let ids: Vec<String> = (0..64).map(|i| format!("p-{i}")).collect();
     let jobs = ids
@@ -209,4 +226,52 @@ async fn a_claimed_job_s_payload_is_read_from_the_hash_the_client_names() {
         }
     }
     assert_eq!(read, ids.len());
+}
+
+#[tokio::test]
+async fn acks_delete_their_own_payloads_and_no_other() {
+    acks_delete_their_payloads(8).await;
+}
+
+/// With one payload hash a shard, a settle call's acks delete their payloads with one
+/// `HDEL`.
+#[tokio::test]
+async fn acks_delete_their_own_payloads_from_the_one_hash_of_their_shard() {
+    acks_delete_their_payloads(1).await;
+}
+
+/// Claims 12 jobs of one shard of a queue of `buckets` payload hashes a shard, then settles
+/// them in one call: 8 acks, 2 failed, 2 with a stale token; only the acked payloads go.
+async fn acks_delete_their_payloads(buckets: u32) {
+    let server = support::Server::start();
+    let queue = queue_of(&server, "a", buckets).await;
+    let s = shard_of(b"a-0", 4);
+    let ids: Vec<String> = (0..)
+        .map(|i| format!("a-{i}"))
+        .filter(|id| shard_of(id.as_bytes(), 4) == s)
+        .take(12)
+        .collect();
+    let jobs = ids
+        .iter()
+        .map(|id| (id.as_str(), When::After(Duration::ZERO), id.as_bytes()));
+    support::schedule_new(&queue, jobs).await;
+    let (_, claimed, _) = claim(&queue, s, 0, 30_000, 100, 5).await;
+    assert_eq!(claimed.len(), 12);
+    let triples: Vec<(&str, u64, &str)> = claimed
+        .iter()
+        .enumerate()
+        .map(|(k, (id, _, token, _))| match k {
+            0..8 => (id.as_str(), *token, "a"),
+            8..10 => (id.as_str(), *token, "f"),
+            _ => (id.as_str(), token + 1, "a"),
+        })
+        .collect();
+    let results = super::settle(&queue, s, 5, &triples).await;
+    assert_eq!(results, [vec![1; 10], vec![0; 2]].concat());
+    for (k, (id, ..)) in claimed.iter().enumerate() {
+        let read = crate::claim::payloads(&queue, &mut queue.conn(), s, &claimed[k..=k]).await;
+        let payload = read.unwrap().remove(0);
+        let expected = (k >= 8).then(|| id.as_bytes().to_vec());
+        assert_eq!(payload, expected, "{id}, settled as {}", triples[k].2);
+    }
 }
