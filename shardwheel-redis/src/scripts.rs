@@ -4,10 +4,12 @@
 //! work. No script hashes an id: the client names each job's payload hash (`keys::bucket_of`,
 //! the one definition of that hash), so the server's single thread spends nothing on it.
 //! `lua/held.lua` (how a claimed batch's lease, one entry a batch, ends with its last
-//! record or its reaping) is prepended to `claim`, `settle`, `cancel` and `reschedule`, and
+//! record or its reaping) is prepended to `claim`, `settle`, `cancel` and `reschedule`,
 //! `lua/revoke.lua` (how a cancel or a reschedule revokes a claim and tells whether its start
-//! may have passed) to the last two. `start` is read only (`#!lua flags=no-writes`, Redis
-//! 7): it is neither written to the AOF nor replicated.
+//! may have passed) to the last two, and `lua/one_hash.lua` (whether a call's jobs all name
+//! one payload hash, which one command then serves) to `schedule` and `settle`. `start` is
+//! read only (`#!lua flags=no-writes`, Redis 7): it is neither written to the AOF nor
+//! replicated.
 //! A [`Call`] sends `EVALSHA` and loads the script on a `NOSCRIPT` reply, so a restarted
 //! server or a new cluster node is served transparently. It writes its keys and arguments
 //! into one buffer, where `redis::ScriptInvocation` allocates one `Vec` an argument: a
@@ -22,6 +24,7 @@ use redis::{Cmd, ErrorKind, FromRedisValue, RedisResult, Script, ServerErrorKind
 
 const HELD: &str = include_str!("lua/held.lua");
 const REVOKE: &str = include_str!("lua/revoke.lua");
+const ONE_HASH: &str = include_str!("lua/one_hash.lua");
 
 /// The loaded scripts.
 pub(crate) struct Scripts {
@@ -42,9 +45,9 @@ fn with(prelude: &[&str], source: &str) -> Script {
 
 /// The scripts of this process (hashed once).
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
-    schedule: Script::new(include_str!("lua/schedule.lua")),
+    schedule: with(&[ONE_HASH], include_str!("lua/schedule.lua")),
     claim: with(&[HELD], include_str!("lua/claim.lua")),
-    settle: with(&[HELD], include_str!("lua/settle.lua")),
+    settle: with(&[HELD, ONE_HASH], include_str!("lua/settle.lua")),
     cancel: with(&[HELD, REVOKE], include_str!("lua/cancel.lua")),
     reschedule: with(&[HELD, REVOKE], include_str!("lua/reschedule.lua")),
     status: Script::new(include_str!("lua/status.lua")),

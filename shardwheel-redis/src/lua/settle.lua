@@ -24,7 +24,7 @@
 -- reads the token only (no number made of the due time or the attempt). When every job of
 -- the call names one payload hash (a queue of one hash a shard), the acked payloads go with
 -- one HDEL for them all.
--- let_go is prepended from held.lua when loaded (scripts.rs).
+-- let_go and one_hash are prepended from held.lua and one_hash.lua (scripts.rs).
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local prefix = ARGV[1]
@@ -37,15 +37,8 @@ if #ids == 0 then return out end
 local recs = redis.call('HMGET', KEYS[3], unpack(ids))
 local has_att = redis.call('EXISTS', KEYS[5]) == 1
 local settled, seen, batches = {}, {}, {}
--- Whether every job names one payload hash (always so in a queue of one hash a shard):
--- then the acked jobs' payloads go with one HDEL.
-local shared = #ids > 1
-for i = 13, #ARGV, 4 do
-  if ARGV[i] ~= ARGV[9] then
-    shared = false
-    break
-  end
-end
+-- The acked jobs' payloads, if they are all in one hash: then they go with one HDEL.
+local shared = one_hash(9)
 local acked = {}
 for k = 1, #ids do
   local i = 6 + (k - 1) * 4

@@ -36,8 +36,17 @@ async fn schedule_stores_once(buckets: u32) {
             id.as_bytes(),
         )
     });
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query(&mut conn)
+        .unwrap();
     support::schedule_new(&queue, jobs).await;
     let after = support::server_ms(&mut conn);
+    // One call a shard (200 jobs, 4 shards): in one hash a shard, a lookup and a write a
+    // call; in many, a set-if-absent a job.
+    let expected = if buckets == 1 { (0, 4, 4) } else { (200, 0, 0) };
+    let made = ["hsetnx", "hmget", "hset"].map(|command| calls(&mut conn, command));
+    assert_eq!((made[0], made[1], made[2]), expected);
     for id in &ids {
         // The payload is where Rust's hash says (the client names the hash to schedule),
         // and status, to which the client names the same hash, finds it there.
@@ -216,9 +225,20 @@ async fn claimed_payloads_are_read(buckets: u32) {
         // A job cancelled after its claim has no payload left to read.
         let gone = &jobs[0].0;
         assert_eq!(queue.cancel(gone).await.unwrap(), Cancelled::Started);
+        let mut stats = server.sync_conn();
+        let _: () = redis::cmd("CONFIG")
+            .arg("RESETSTAT")
+            .query(&mut stats)
+            .unwrap();
         let payloads = crate::claim::payloads(&queue, &mut queue.conn(), s, &jobs)
             .await
             .unwrap();
+        // One read a payload hash: one for the claim in one hash a shard.
+        let hashes: std::collections::HashSet<u32> = jobs
+            .iter()
+            .map(|(id, ..)| bucket_of(id.as_bytes(), 4, buckets))
+            .collect();
+        assert_eq!(calls(&mut stats, "hmget"), hashes.len() as u64);
         for ((id, ..), payload) in jobs.iter().zip(payloads) {
             let expected = (id != gone).then(|| id.as_bytes().to_vec());
             assert_eq!(payload, expected, "{id}");
@@ -266,12 +286,31 @@ async fn acks_delete_their_payloads(buckets: u32) {
             _ => (id.as_str(), token + 1, "a"),
         })
         .collect();
+    let mut conn = server.sync_conn();
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query(&mut conn)
+        .unwrap();
     let results = super::settle(&queue, s, 5, &triples).await;
     assert_eq!(results, [vec![1; 10], vec![0; 2]].concat());
+    // The settled records go with one HDEL; the 8 acked payloads with one more in one hash
+    // a shard, with one each in many.
+    let deletes = if buckets == 1 { 2 } else { 9 };
+    assert_eq!(calls(&mut conn, "hdel"), deletes);
     for (k, (id, ..)) in claimed.iter().enumerate() {
         let read = crate::claim::payloads(&queue, &mut queue.conn(), s, &claimed[k..=k]).await;
         let payload = read.unwrap().remove(0);
         let expected = (k >= 8).then(|| id.as_bytes().to_vec());
         assert_eq!(payload, expected, "{id}, settled as {}", triples[k].2);
     }
+}
+
+/// How many times the server ran `command` since its statistics were last reset.
+fn calls(conn: &mut redis::Connection, command: &str) -> u64 {
+    let stats: String = redis::cmd("INFO").arg("commandstats").query(conn).unwrap();
+    let prefix = format!("cmdstat_{command}:calls=");
+    stats
+        .lines()
+        .find_map(|line| line.strip_prefix(prefix.as_str()))
+        .map_or(0, |rest| rest.split(',').next().unwrap().parse().unwrap())
 }
