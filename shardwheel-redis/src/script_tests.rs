@@ -19,9 +19,14 @@ mod layout;
 mod payloads;
 
 async fn queue(server: &support::Server, name: &str) -> Queue {
+    queue_of(server, name, 8).await
+}
+
+/// A queue of 4 shards and `buckets` payload hashes a shard.
+async fn queue_of(server: &support::Server, name: &str, buckets: u32) -> Queue {
     Queue::builder(name)
         .shards(4)
-        .buckets(8)
+        .buckets(buckets)
         .connect(&server.url())
         .await
         .unwrap()

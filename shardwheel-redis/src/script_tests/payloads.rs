@@ -4,8 +4,7 @@
 
 use std::time::Duration;
 
-use super::{claim, queue, support};
-use crate::Queue;
+use super::{claim, queue, queue_of, support};
 use crate::job::{Cancelled, JobState, Rescheduled, When};
 use crate::keys::{ShardKeys, bucket_of, hash, shard_of};
 use crate::scripts::{Call, SCRIPTS};
@@ -193,16 +192,6 @@ async fn a_claimed_job_s_payload_is_read_from_the_hash_the_client_names() {
 #[tokio::test]
 async fn a_claimed_job_s_payload_is_read_from_the_one_hash_of_its_shard() {
     claimed_payloads_are_read(1).await;
-}
-
-/// A queue of 4 shards and `buckets` payload hashes a shard.
-async fn queue_of(server: &support::Server, name: &str, buckets: u32) -> Queue {
-    Queue::builder(name)
-        .shards(4)
-        .buckets(buckets)
-        .connect(&server.url())
-        .await
-        .unwrap()
 }
 
 /// Claims jobs over every shard of a queue of `buckets` payload hashes a shard and reads
