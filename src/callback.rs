@@ -58,9 +58,9 @@ struct Kind {
     /// The word was made by this kind's constructor and is used once (run or dropped).
     run: unsafe fn(Word),
     /// Drops it unrun; the same contract. `None` for a closure kept in the word with
-    /// nothing to drop (one that captures references or nothing): a cancelled timer's
-    /// payload then costs no call (W1's cancel: the call through this table was 3 of its
-    /// instructions, beside the call that reaches `discard`).
+    /// nothing to drop (one that captures references, numbers or nothing): a cancelled
+    /// timer's payload then costs no call (W1's cancel: the call through this table was 3
+    /// of its instructions, beside the call that reaches `discard`).
     drop: Option<unsafe fn(Word)>,
 }
 

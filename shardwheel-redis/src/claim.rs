@@ -17,10 +17,11 @@
 //! A claim names each job (id, due time, attempt) but not its payload: the worker reads
 //! the payloads of a claim's jobs right after it, with plain reads pipelined in one round
 //! trip (an `HMGET` a payload hash: one for a claim in a queue of one hash a shard, about
-//! one a job among many small hashes), from the payload hash it computes
-//! (`keys::bucket_of`), so no script hashes an id. Under callgrind (redis-server 7.0.15, 32,000 jobs over 16 shards) a claim
-//! costs the server 29.8k instructions a job and the `HGET`s 4.4k, against 54.1k for a
-//! claim that hashed each id in Lua and read its payload there. Returning the payloads from
+//! one a job among many small hashes), from the payload hashes it computes
+//! (`keys::bucket_of`), so no script hashes an id. Under callgrind (redis-server 7.0.15,
+//! 32,000 jobs over 16 shards, plain `HGET`s then) a claim costs the server 29.8k
+//! instructions a job and the `HGET`s 4.4k, against 54.1k for a claim that hashed each id
+//! in Lua and read its payload there. Returning the payloads from
 //! the start check instead (a `redis.call` a started job) made that check 12.2k a job
 //! against 6.4k, on the path of every start, and D2's burst took 8.6-10.1 s against
 //! 5.6-7.3 (load 2.3-4.1). The read need not be atomic with the claim: a payload changes
@@ -252,9 +253,9 @@ pub(crate) fn claim_invocation(
 }
 
 /// The payloads of `jobs`, claimed on shard `shard`, from the payload hashes the client
-/// computes, pipelined (see the module doc): one `HMGET` a hash, so a queue of one hash a
-/// shard reads a claim's payloads with one command, and one of many small hashes about
-/// one a job; `None` for a payload gone.
+/// computes, pipelined (see the module doc): one `HMGET` a hash, which is one for the
+/// claim in a queue of one hash a shard and about one a job among many small hashes;
+/// `None` for a payload gone.
 pub(crate) async fn payloads(
     queue: &Queue,
     conn: &mut Conn,
