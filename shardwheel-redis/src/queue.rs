@@ -141,6 +141,19 @@ impl Queue {
         self.inner.shards
     }
 
+    /// The queue's payload hashes a shard: the count it was made with
+    /// ([`QueueBuilder::buckets`](crate::QueueBuilder::buckets)), which every client of
+    /// the queue uses.
+    ///
+    /// ```no_run
+    /// # fn run(queue: &shardwheel_redis::Queue) {
+    /// assert_eq!(queue.buckets(), shardwheel_redis::DEFAULT_BUCKETS);
+    /// # }
+    /// ```
+    pub fn buckets(&self) -> u32 {
+        self.inner.buckets
+    }
+
     pub(crate) fn conn(&self) -> Conn {
         self.conn.clone()
     }
@@ -152,10 +165,6 @@ impl Queue {
 
     pub(crate) fn keys(&self, shard: u32) -> &ShardKeys {
         &self.inner.keys[shard as usize]
-    }
-
-    pub(crate) fn buckets(&self) -> u32 {
-        self.inner.buckets
     }
 
     /// The wake-up hint channel and the server that carries it.

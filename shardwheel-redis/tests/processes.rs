@@ -375,3 +375,26 @@ async fn a_worker_whose_clock_is_off_by_minutes_delivers_by_the_servers_clock() 
         eprintln!("{name}: {stats}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_process_makes_a_queue_of_one_hash_a_shard_and_runs_its_jobs_once() {
+    let server = Server::start();
+    let url = server.url();
+    let (worker, ..) = WorkerProcess::start(&url, "one", &["--buckets", "1"], &[]);
+    // The worker made the queue; a client that sets no count takes the queue's.
+    let queue = Queue::connect(&url, "one").await.unwrap();
+    assert_eq!(queue.buckets(), 1);
+    let ids: Vec<String> = (0..500).map(|i| format!("o{i}")).collect();
+    schedule(&queue, &ids, |i| Duration::from_millis(i as u64 % 300)).await;
+    support::until("queue drained", async || {
+        queue.counts().await.unwrap() == Counts::default()
+    })
+    .await;
+    let (runs, stats) = worker.stop();
+    assert_eq!(stat(&stats, "early"), 0, "{stats}");
+    let mut seen: Vec<String> = runs.into_iter().map(|run| run.id).collect();
+    seen.sort_unstable();
+    let mut want = ids;
+    want.sort_unstable();
+    assert_eq!(seen, want, "each job once");
+}

@@ -2,9 +2,12 @@
 //!
 //! ```text
 //! shardwheel-redis-worker --url redis://127.0.0.1:6379 --queue emails [--cluster]
-//!     [--shards 16] [--lease-ms 30000] [--window-ms 10000] [--poll-ms 100]
+//!     [--shards 16] [--buckets N] [--lease-ms 30000] [--window-ms 10000] [--poll-ms 100]
 //!     [--hold-ms 0] [--fail-first N] [--max-attempts 5] [--check-ahead-ms 0]
 //! ```
+//!
+//! `--buckets` sets the payload hashes a shard (`QueueBuilder::buckets`; unset, the
+//! queue's own count, or the default for a new queue): `--buckets 1` for one hash a shard.
 //!
 //! Prints `READY <server unix ms> <local unix ms>` once connected, then one line
 //! `RUN <id> <attempt> <due ms> <lateness us> <payload>` as each handler starts; the handler
@@ -24,6 +27,7 @@ struct Args {
     queue: String,
     cluster: bool,
     shards: u32,
+    buckets: Option<u32>,
     lease_ms: u64,
     window_ms: u64,
     poll_ms: u64,
@@ -39,6 +43,7 @@ fn parse() -> Result<Args, String> {
         queue: String::new(),
         cluster: false,
         shards: 16,
+        buckets: None,
         lease_ms: 30_000,
         window_ms: 10_000,
         poll_ms: 100,
@@ -59,6 +64,7 @@ fn parse() -> Result<Args, String> {
             "--url" => args.url = value.clone(),
             "--queue" => args.queue = value.clone(),
             "--shards" => args.shards = number()? as u32,
+            "--buckets" => args.buckets = Some(number()? as u32),
             "--lease-ms" => args.lease_ms = number()?,
             "--window-ms" => args.window_ms = number()?,
             "--poll-ms" => args.poll_ms = number()?,
@@ -90,7 +96,10 @@ async fn main() {
             std::process::exit(2);
         }
     };
-    let builder = Queue::builder(&args.queue).shards(args.shards);
+    let mut builder = Queue::builder(&args.queue).shards(args.shards);
+    if let Some(buckets) = args.buckets {
+        builder = builder.buckets(buckets);
+    }
     let queue = if args.cluster {
         let nodes: Vec<&str> = args.url.split(',').collect();
         builder.connect_cluster(&nodes).await
