@@ -30,6 +30,7 @@
 //! client can cause, is an empty one, as the claim used to give it). If the read fails, the
 //! claim's jobs are released at once.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant, UNIX_EPOCH};
 
@@ -264,16 +265,11 @@ pub(crate) async fn payloads(
 ) -> Result<Vec<Option<Vec<u8>>>, crate::Error> {
     let keys = queue.keys(shard);
     let (shards, buckets) = (queue.shards(), queue.buckets());
-    // The jobs by hash, in the order each hash first comes.
-    let mut by_hash: Vec<(u32, Vec<usize>)> = Vec::new();
-    let mut group_of = std::collections::HashMap::new();
+    // The jobs' indices by payload hash.
+    let mut by_hash: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
     for (index, (id, ..)) in jobs.iter().enumerate() {
         let bucket = bucket_of(id.as_bytes(), shards, buckets);
-        let group = *group_of.entry(bucket).or_insert_with(|| {
-            by_hash.push((bucket, Vec::new()));
-            by_hash.len() - 1
-        });
-        by_hash[group].1.push(index);
+        by_hash.entry(bucket).or_default().push(index);
     }
     let mut pipe = redis::pipe();
     for (bucket, indices) in &by_hash {
@@ -285,7 +281,7 @@ pub(crate) async fn payloads(
     let replies: Vec<Vec<Option<Vec<u8>>>> = pipe.query_async(conn).await?;
     let mut payloads = vec![None; jobs.len()];
     let mut read = 0;
-    for ((_, indices), reply) in by_hash.iter().zip(replies) {
+    for (indices, reply) in by_hash.values().zip(replies) {
         if reply.len() != indices.len() {
             break;
         }

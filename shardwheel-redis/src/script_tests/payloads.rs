@@ -4,9 +4,9 @@
 
 use std::time::Duration;
 
-use super::{claim, queue, queue_of, support};
+use super::{claim, ids_on_shard, queue, queue_of, shard, support};
 use crate::job::{Cancelled, JobState, Rescheduled, When};
-use crate::keys::{ShardKeys, bucket_of, hash, shard_of};
+use crate::keys::{ShardKeys, bucket_of, hash};
 use crate::scripts::{Call, SCRIPTS};
 
 #[tokio::test]
@@ -123,7 +123,7 @@ async fn schedule_stores_once(buckets: u32) {
     assert_eq!(queue.status("m-37").await.unwrap().unwrap().1, b"old");
     // The script on its own given one id twice in a call, which the client never sends:
     // the first is stored, the second named as repeated.
-    let keys = queue.keys(shard_of(b"twice", 4));
+    let keys = queue.keys(shard(&queue, "twice"));
     let bucket = bucket_of(b"twice", 4, buckets);
     let mut call = Call::new(&SCRIPTS.schedule, &[&keys.due]);
     call.arg(&keys.payload_prefix).arg("d").arg("hint").arg(0);
@@ -254,12 +254,8 @@ async fn acks_delete_their_own_payloads_from_the_one_hash_of_their_shard() {
 async fn acks_delete_their_payloads(buckets: u32) {
     let server = support::Server::start();
     let queue = queue_of(&server, "a", buckets).await;
-    let s = shard_of(b"a-0", 4);
-    let ids: Vec<String> = (0..)
-        .map(|i| format!("a-{i}"))
-        .filter(|id| shard_of(id.as_bytes(), 4) == s)
-        .take(12)
-        .collect();
+    let s = shard(&queue, "a-0");
+    let ids = ids_on_shard(&queue, "a", s, 12);
     let jobs = ids
         .iter()
         .map(|id| (id.as_str(), When::After(Duration::ZERO), id.as_bytes()));
