@@ -172,6 +172,7 @@ cfg_engine! {
     mod interval;
     mod observe;
     mod periodic;
+    mod producer;
     pub mod purgatory;
     mod scheduler;
     mod shard;

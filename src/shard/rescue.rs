@@ -187,7 +187,7 @@ impl<T: Send> Shard<T> {
 #[cfg(all(test, target_os = "linux", not(miri)))]
 mod tests {
     use crate::Timer;
-    use crate::scheduler::keep_to_shard;
+    use crate::producer::keep_to_shard;
     use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
     use std::sync::{Arc, mpsc};
     use std::time::{Duration, Instant};

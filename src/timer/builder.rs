@@ -9,7 +9,7 @@ use crate::due::Due;
 use crate::error::BuildError;
 use crate::handle::Handles;
 use crate::observe;
-use crate::scheduler::{self, Scheduler};
+use crate::scheduler::Scheduler;
 use crate::shard::Shard;
 use crate::sync::AtomicU32;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -386,7 +386,7 @@ impl Builder {
                     reaper_thread::prepare();
                     // A callback that schedules (a periodic run rescheduling itself) does
                     // so on this reaper's own shard, and takes no producer's turn.
-                    scheduler::keep_to_shard(index);
+                    crate::producer::keep_to_shard(index);
                     observe::reaper_started(index);
                     let unfired = shards[index].run(&shards, &clock, &*handler);
                     observe::reaper_stopped(index, unfired.len());
