@@ -137,11 +137,11 @@
 //!
 //! The modules, each in its own file: `wheel` (levels, buckets, the bucket heap), `slab`
 //! (entries and generations), `handle` (keys), `timer` (the engine's API), `scheduler`,
-//! `shard` (a shard and its reaper), `slots` (the shared slab of timer slots), `inbox`,
-//! `wakeup` (the park handshake), `sleep`, `timeout`, `global` (the process-wide timer
-//! and a future's handle to its engine), `interval`, `delay_queue`, `hyper_timer`,
-//! `periodic`, `purgatory`, `stats`, `observe` (metrics and tracing), `error`, `time`
-//! (tokio's `time` API on the engine).
+//! `producer` (a thread's shard and stages), `stage`, `shard` (a shard and its reaper),
+//! `slots` (the shared slab of timer slots), `inbox`, `wakeup` (the park handshake),
+//! `sleep`, `timeout`, `global` (the process-wide timer and a future's handle to its
+//! engine), `interval`, `delay_queue`, `hyper_timer`, `periodic`, `purgatory`, `stats`,
+//! `observe` (metrics and tracing), `error`, `time` (tokio's `time` API on the engine).
 
 /// Items of the engine, built with the `engine` feature (the way tokio's `cfg_rt!` gates
 /// its runtime).

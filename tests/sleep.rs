@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{Count, counting, wakes};
+use common::{Count, counting, wait_for, wakes};
 use shardwheel::{SleepError, TimeoutError, Timer};
 use std::future::{Future, pending};
 use std::pin::Pin;
@@ -122,6 +122,44 @@ fn a_sleep_dropped_on_its_thread_on_another_or_after_a_reset_lets_go_once() {
         assert_eq!(timer.pending(), 0, "{how}");
         assert_eq!(wakes(&count), 0, "{how}: nobody is woken");
     }
+}
+
+/// A staged sleep keeps its slot's addresses to take its timer back by. One whose timer
+/// fired, and whose slot's memory the shard has given back since (past the chunks it
+/// keeps for ever), lets go without following them: nothing is cancelled twice, and the
+/// timer goes on working. (Followed, the addresses would read unmapped memory.)
+#[test]
+fn a_sleep_whose_slot_was_given_back_after_it_fired_lets_go_harmlessly() {
+    const SLEEPS: u64 = 10_000;
+    let timer = Timer::builder().shards(1).build().unwrap();
+    // One deadline for all, far enough that none fires before all are armed.
+    let at = timer.now() + ms(300);
+    let mut sleeps: Vec<_> = (0..SLEEPS).map(|_| timer.sleep_until(at)).collect();
+    for sleep in &mut sleeps {
+        assert!(poll(sleep, Waker::noop()).is_pending());
+    }
+    assert!(timer.stats().slots > 4_032, "slots past the kept chunks");
+    // All fire; the shard frees their slots and gives the chunks past the first six
+    // (4,032 slots) back.
+    assert!(
+        wait_for(Duration::from_secs(60), || {
+            let stats = timer.stats();
+            stats.fired == SLEEPS && stats.slots <= 4_032
+        }),
+        "fired and given back: {:?}",
+        timer.stats()
+    );
+    for sleep in &mut sleeps {
+        assert_eq!(poll(sleep, Waker::noop()), Poll::Ready(Ok(())));
+    }
+    drop(sleeps);
+    let stats = timer.stats();
+    assert_eq!((stats.cancelled, timer.pending()), (0, 0));
+    let (count, waker) = counting();
+    let mut sleep = timer.sleep(ms(1));
+    assert!(poll(&mut sleep, &waker).is_pending());
+    assert!(wait_for(Duration::from_secs(10), || wakes(&count) == 1));
+    assert_eq!(poll(&mut sleep, &waker), Poll::Ready(Ok(())));
 }
 
 #[test]
