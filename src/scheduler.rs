@@ -9,8 +9,7 @@ use crate::clock::{self, Clock};
 use crate::error::{ScheduleError, StaleHandle};
 use crate::handle::{Handles, Named, TimerHandle};
 use crate::producer::{Producer, producer};
-use crate::shard::{Refused, Scheduled, Shard};
-use crate::slots::RawSlot;
+use crate::shard::{Refused, Shard};
 use std::mem::ManuallyDrop;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -29,15 +28,6 @@ pub(crate) struct Scheduler<T: Send + 'static> {
     /// The forks the process descended from at the build (see `global`): under another
     /// count, this engine's reapers stayed in an ancestor.
     forks: u32,
-}
-
-/// A timer just scheduled: where it is (its handle unpacked), and the addresses of its
-/// slot if the calling thread staged it, for a sleep to keep and take its timer back by
-/// (see `Scheduler::take_staged`).
-#[derive(Clone, Copy)]
-pub(crate) struct Placed {
-    pub(crate) named: Named,
-    pub(crate) slot: Option<RawSlot>,
 }
 
 impl<T: Send + 'static> Clone for Scheduler<T> {
@@ -136,8 +126,7 @@ impl<T: Send + 'static> Scheduler<T> {
         deadline: u64,
         payload: T,
     ) -> Result<TimerHandle, ScheduleError<T>> {
-        let placed = self.insert_due_inlined(deadline, payload)?;
-        Ok(self.handle(placed.named))
+        self.insert_due_inlined(deadline, payload)
     }
 
     /// `insert_due` inlined into its caller: a sleep's first poll, where the call (its
@@ -151,7 +140,7 @@ impl<T: Send + 'static> Scheduler<T> {
         &self,
         deadline: u64,
         payload: T,
-    ) -> Result<Placed, ScheduleError<T>> {
+    ) -> Result<TimerHandle, ScheduleError<T>> {
         // Kept from being dropped on an unwind until the schedule takes it (see
         // `Shard::schedule_kept`).
         let payload = ManuallyDrop::new(payload);
@@ -170,7 +159,7 @@ impl<T: Send + 'static> Scheduler<T> {
         // A thread with no stage yet registers one out of line, so that the common path
         // carries no drop flag for a stage it might have registered.
         match producer.stage(self, shard) {
-            Some(stage) => self.placed(shard, on.schedule_kept(stage, deadline, payload)),
+            Some(stage) => self.handle_of(shard, on.schedule_kept(stage, deadline, payload)),
             None => {
                 let payload = ManuallyDrop::into_inner(payload);
                 self.schedule_registering(producer, shard, on, deadline, payload)
@@ -178,30 +167,20 @@ impl<T: Send + 'static> Scheduler<T> {
         }
     }
 
-    /// The caller's result of a schedule on shard `shard`, made right after the schedule,
-    /// with the stage still held: a slot and a generation passed on, written to the stack
-    /// as two halves and read back as one word, made that read wait for the two stores to
-    /// reach the cache (the schedule's hottest instruction under perf); and a result made
-    /// after the stage's borrow ends was stored, reloaded and matched again across it.
+    /// The caller's result of a schedule on shard `shard`, handle and all, made right after
+    /// the schedule, with the stage still held: a slot and a generation passed on, written
+    /// to the stack as two halves and read back as one word, made that read wait for the
+    /// two stores to reach the cache (the schedule's hottest instruction under perf); and
+    /// a result made after the stage's borrow ends was stored, reloaded and matched again
+    /// across it.
     #[inline(always)]
-    fn placed(
+    fn handle_of(
         &self,
         shard: usize,
-        scheduled: Result<Scheduled, Refused<T>>,
-    ) -> Result<Placed, ScheduleError<T>> {
+        scheduled: Result<(u32, u32), Refused<T>>,
+    ) -> Result<TimerHandle, ScheduleError<T>> {
         match scheduled {
-            Ok(Scheduled {
-                index,
-                generation,
-                slot,
-            }) => Ok(Placed {
-                named: Named {
-                    shard,
-                    slot: index,
-                    generation,
-                },
-                slot,
-            }),
+            Ok((slot, generation)) => Ok(self.handles.handle(shard, slot, generation)),
             Err(Refused::Full(payload)) => Err(ScheduleError::Full(payload)),
             Err(Refused::Closed(payload)) => Err(ScheduleError::Shutdown(payload)),
         }
@@ -218,18 +197,12 @@ impl<T: Send + 'static> Scheduler<T> {
         on: &Shard<T>,
         deadline: u64,
         payload: T,
-    ) -> Result<Placed, ScheduleError<T>> {
+    ) -> Result<TimerHandle, ScheduleError<T>> {
         let scheduled = match producer.register(self.id, index, on) {
             Some(stage) => on.schedule_staged(&stage, deadline, payload),
             None => on.schedule(deadline, payload),
         };
-        // No addresses kept for this first timer: a sleep locates its slot by its index.
-        let scheduled = scheduled.map(|(index, generation)| Scheduled {
-            index,
-            generation,
-            slot: None,
-        });
-        self.placed(index, scheduled)
+        self.handle_of(index, scheduled)
     }
 
     /// A producer's periodic look (see `LOOK_EVERY`): if the reaper pinned to the CPU the
@@ -253,62 +226,52 @@ impl<T: Send + 'static> Scheduler<T> {
         }
     }
 
-    /// The handle of the timer `named` names.
+    /// This timer's shard that `handle` names, and where in it, if the shard is one of
+    /// this timer's (the slot's generation check does the rest).
     #[inline]
-    pub(crate) fn handle(&self, named: Named) -> TimerHandle {
-        self.handles
-            .handle(named.shard, named.slot, named.generation)
+    fn shard_of(&self, handle: TimerHandle) -> Option<(&Shard<T>, Named)> {
+        let named = self.handles.named(handle);
+        Some((self.shards.get(named.shard)?, named))
     }
 
     /// See [`Timer::cancel`](crate::Timer::cancel). The cancel's one call, taking the handle
     /// alone (`Shard::cancel_from` is inlined here): a call at the shard's cancel kept the
     /// decoded handle and the stage live across it in the caller's loop (W1: 14 more).
-    /// (A sleep's cancel, rarer, packs the handle to call this one: a second caller of
-    /// `cancel_from` made the compiler call it out of line from both.)
     #[inline(never)]
     pub(crate) fn cancel(&self, handle: TimerHandle) -> bool {
-        let named = self.handles.named(handle);
-        let Some(shard) = self.shards.get(named.shard) else {
+        let Some((shard, named)) = self.shard_of(handle) else {
             return false;
         };
         let stage = producer().stage(self, named.shard);
         shard.cancel_from(stage, named.slot, named.generation)
     }
 
-    /// Cancels the timer `placed` names if it still waits in the calling thread's stage,
-    /// untouched, and returns its payload (see `Shard::take_staged_from`); `None`, and
-    /// nothing done, otherwise.
+    /// Cancels the timer `handle` names if it still waits in the calling thread's stage,
+    /// untouched, and returns its payload (see `Shard::take_staged`); `None`, and nothing
+    /// done, otherwise.
     ///
     /// # Safety
     ///
-    /// No other thread holds the timer's handle (a sleep's own timer): none can cancel or
-    /// reset the timer while this runs. `placed` is as this timer's schedule gave it.
+    /// No other thread holds `handle` (a sleep's own timer): none can cancel or reset the
+    /// timer while this runs.
     #[inline]
-    pub(crate) unsafe fn take_staged(&self, placed: Placed) -> Option<T> {
-        let Placed { named, slot } = placed;
-        let shard = self.shards.get(named.shard)?;
+    pub(crate) unsafe fn take_staged(&self, handle: TimerHandle) -> Option<T> {
+        let (shard, named) = self.shard_of(handle)?;
         let stage = producer().stage(self, named.shard)?;
-        // SAFETY: the caller's contract; the addresses, if any, are those the schedule
-        // gave with `named`, of that slot of that shard.
-        unsafe { shard.take_staged_from(stage, named.slot, named.generation, slot) }
+        // SAFETY: the caller's contract.
+        unsafe { shard.take_staged(stage, named.slot, named.generation) }
     }
 
-    /// Whether the timer `named` names is still pending (see `Shard::is_pending`).
+    /// Whether the timer `handle` names is still pending (see `Shard::is_pending`).
     #[inline]
-    pub(crate) fn is_pending(&self, named: Named) -> bool {
-        self.shards
-            .get(named.shard)
-            .is_some_and(|shard| shard.is_pending(named.slot, named.generation))
+    pub(crate) fn is_pending(&self, handle: TimerHandle) -> bool {
+        self.shard_of(handle)
+            .is_some_and(|(shard, named)| shard.is_pending(named.slot, named.generation))
     }
 
     /// See [`Timer::reset`](crate::Timer::reset).
     pub(crate) fn reset_due(&self, handle: TimerHandle, deadline: u64) -> Result<(), StaleHandle> {
-        self.reset_named(self.handles.named(handle), deadline)
-    }
-
-    /// `reset_due` of the timer `named` names.
-    pub(crate) fn reset_named(&self, named: Named, deadline: u64) -> Result<(), StaleHandle> {
-        let shard = self.shards.get(named.shard).ok_or(StaleHandle)?;
+        let (shard, named) = self.shard_of(handle).ok_or(StaleHandle)?;
         shard
             .reset(named.slot, named.generation, deadline)
             .then_some(())

@@ -13,9 +13,8 @@
 //! never need one); nor does a deadline found passed at the first poll.
 //!
 //! A sleep allocates nothing: its timer's callback is the task's waker itself (see
-//! `callback`), kept in the timer's slot, and the sleep keeps only where its timer is: the
-//! handle unpacked, and the slot's addresses (a timeout whose work finished first takes
-//! its timer back by them, see `Scheduler::take_staged`). The slot's state says how the wait stands. While the timer is pending, the wait goes on; once
+//! `callback`), kept in the timer's slot, and the sleep keeps only the timer's handle. The
+//! slot's state says how the wait stands. While the timer is pending, the wait goes on; once
 //! the reaper has taken it (to fire it, or to hand it back at shutdown), the wake-up comes,
 //! and the sleep finds its deadline passed (`Ok`) or not (the timer shut down). A sleep
 //! dropped before its deadline cancels its timer in O(1); the reaper later discards the
@@ -34,7 +33,7 @@
 use crate::callback::Callback;
 use crate::error::SleepError;
 use crate::global::{self, EngineRef};
-use crate::scheduler::Placed;
+use crate::handle::TimerHandle;
 use crate::timer::Timer;
 use std::future::Future;
 use std::pin::Pin;
@@ -43,10 +42,7 @@ use std::time::{Duration, Instant};
 
 /// The timer of a polled sleep.
 struct Armed {
-    /// Where the timer is, as its schedule gave it: its handle unpacked, and its slot's
-    /// addresses if it was staged (see `Scheduler::take_staged`), so that the drop of a
-    /// timeout whose work finished first neither unpacks a handle nor locates the slot.
-    placed: Placed,
+    handle: TimerHandle,
     /// The waker whose clone its slot holds (see `Wakes`).
     waker: Wakes,
     /// The forks the process descended from when it was armed: in a forked child, its
@@ -190,17 +186,13 @@ impl Sleep {
         let scheduler = self.engine.scheduler();
         let deadline = scheduler.deadline_at(deadline.into());
         self.due = Deadline::At(deadline);
-        if let Some(armed) = self
-            .armed
-            .as_ref()
-            .filter(|armed| armed.forks == global::forks())
-        {
+        if let Some(armed) = self.armed.as_ref().filter(|armed| armed.forks == global::forks()) {
             // A timer that has not fired yet moves; a reset that finds it fired (or firing)
             // fails, and the next poll schedules a new one. A deadline already passed
             // needs no timer: the next poll finds it passed.
             if deadline > scheduler.now()
                 && scheduler
-                    .reset_named(armed.placed.named, scheduler.within(deadline, self.slack))
+                    .reset_due(armed.handle, scheduler.within(deadline, self.slack))
                     .is_ok()
             {
                 return;
@@ -223,7 +215,7 @@ impl Sleep {
     pub fn is_elapsed(&self) -> bool {
         let scheduler = self.engine.scheduler();
         self.armed.as_ref().is_none_or(|armed| {
-            armed.forks != global::forks() || !scheduler.is_pending(armed.placed.named)
+            armed.forks != global::forks() || !scheduler.is_pending(armed.handle)
         }) && self.deadline_passed()
     }
 
@@ -233,17 +225,17 @@ impl Sleep {
         if let Some(armed) = self.armed.take() {
             // Armed before a fork: nothing here to cancel (see `listen`).
             if armed.forks == global::forks() {
-                self.let_go_inlined(armed.placed);
+                self.let_go_inlined(armed.handle);
             }
         }
     }
 
-    /// Cancels the timer `placed` names; false if it was not pending any more (the wait
-    /// has ended). Given where the timer is, not the whole `Armed`, which a drop copied to
-    /// the stack to pass.
+    /// Cancels the timer `handle` names; false if it was not pending any more (the wait
+    /// has ended). The handle alone, in a register: given the whole `Armed`, a drop copied
+    /// it to the stack to pass it.
     #[inline(never)]
-    fn let_go(&self, placed: Placed) -> bool {
-        self.let_go_inlined(placed)
+    fn let_go(&self, handle: TimerHandle) -> bool {
+        self.let_go_inlined(handle)
     }
 
     /// `let_go` inlined into its caller, the drop (a timeout's, in the user's crate, with
@@ -252,19 +244,18 @@ impl Sleep {
     /// call through the GOT (callgrind, `scripts/instructions-per-op W7`: 515 -> 508
     /// instructions over the floor). `listen` and `reset`, rarer, keep the call.
     #[inline(always)]
-    fn let_go_inlined(&self, placed: Placed) -> bool {
+    fn let_go_inlined(&self, handle: TimerHandle) -> bool {
         let scheduler = self.engine.scheduler();
         // A timer still in this thread's stage (a timeout whose work finished first, the
         // common case) comes back unrun with its waker, dropped here, on the task's core.
         // SAFETY: a sleep's handle never leaves it (`Armed` is private, and no method
         // hands it out), and the sleep is borrowed here: no other thread holds it.
-        // `placed` is as the timer's schedule gave it (set once, in `poll`).
-        if let Some(callback) = unsafe { scheduler.take_staged(placed) } {
+        if let Some(callback) = unsafe { scheduler.take_staged(handle) } {
             callback.discard();
             return true;
         }
         // Otherwise the reaper discards the cancelled waker, waking nobody.
-        scheduler.cancel(scheduler.handle(placed.named))
+        scheduler.cancel(handle)
     }
 
     /// Whether the deadline has passed (a delay not yet started has not, unless zero).
@@ -294,14 +285,14 @@ impl Sleep {
             self.armed = None;
             return Some(self.outcome());
         }
-        if !self.engine.scheduler().is_pending(armed.placed.named) {
+        if !self.engine.scheduler().is_pending(armed.handle) {
             return Some(self.outcome());
         }
         if armed.waker.as_does(waker) {
             return Some(Poll::Pending);
         }
         let armed = self.armed.take()?;
-        if !self.let_go(armed.placed) {
+        if !self.let_go(armed.handle) {
             // Taken by the reaper meanwhile: the old waker is woken, but this poll ends it.
             return Some(self.outcome());
         }
@@ -337,9 +328,9 @@ impl Future for Sleep {
         let wakes = Wakes::of(&waker);
         let due = scheduler.within(deadline, this.slack);
         match scheduler.insert_due_inlined(due, Callback::wake(waker)) {
-            Ok(placed) => {
+            Ok(handle) => {
                 this.armed = Some(Armed {
-                    placed,
+                    handle,
                     waker: wakes,
                     // The count the schedule just checked `global::forks()` against
                     // (it schedules nothing under another): a field of the scheduler at

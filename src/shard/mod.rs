@@ -53,7 +53,6 @@ use crate::sync::{self, AtomicBool, AtomicU32, AtomicU64, Ordering};
 use crate::wakeup::Wakeup;
 use crossbeam_utils::CachePadded;
 use changes::Cancelled;
-pub(crate) use staged::Scheduled;
 use staged::Registry;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;

@@ -23,23 +23,15 @@ use crate::barrier;
 use crate::clock;
 use crate::due::Due;
 use crate::slab::NIL;
-use crate::slots::{self, Freed, PENDING, RawSlot, STAGED, Slot};
+use crate::slots::{self, Freed, PENDING, STAGED, Slot};
 use crate::stage::{Held, Leave, STAGE_LEN, Stage, Staged, Take};
 use crate::sync::{Ordering, thread};
 #[cfg(loom)]
 use loom::sync::MutexGuard;
-use std::mem::ManuallyDrop;
 #[cfg(not(loom))]
 use std::sync::MutexGuard;
+use std::mem::ManuallyDrop;
 use std::sync::{Arc, PoisonError};
-
-/// A timer `schedule_kept` scheduled: its slot and generation, and the slot's addresses
-/// if it waits in the stage (for a sleep to keep, see `Shard::take_staged_from`).
-pub(crate) struct Scheduled {
-    pub(crate) index: u32,
-    pub(crate) generation: u32,
-    pub(crate) slot: Option<RawSlot>,
-}
 
 /// The stages registered with a shard, and the batches handed over, that its reaper has
 /// not yet picked up.
@@ -92,8 +84,7 @@ impl<T> Shard<T> {
         deadline: u64,
         payload: T,
     ) -> Result<(u32, u32), Refused<T>> {
-        let scheduled = self.schedule_kept(stage, deadline, ManuallyDrop::new(payload))?;
-        Ok((scheduled.index, scheduled.generation))
+        self.schedule_kept(stage, deadline, ManuallyDrop::new(payload))
     }
 
     /// `schedule_staged` with the payload in a `ManuallyDrop` until it is written to its
@@ -107,23 +98,17 @@ impl<T> Shard<T> {
         stage: &Stage,
         deadline: u64,
         payload: ManuallyDrop<T>,
-    ) -> Result<Scheduled, Refused<T>> {
+    ) -> Result<(u32, u32), Refused<T>> {
         if !self.admit() {
             return Err(Refused::Full(ManuallyDrop::into_inner(payload)));
         }
         if self.wakeup.plans_past(deadline) || !stage.try_own() {
-            let (index, generation) =
-                self.schedule_unstaged(stage, deadline, ManuallyDrop::into_inner(payload))?;
-            return Ok(Scheduled {
-                index,
-                generation,
-                slot: None,
-            });
+            return self.schedule_unstaged(stage, deadline, ManuallyDrop::into_inner(payload));
         }
         // SAFETY: taken just above.
         let taken = unsafe { stage.with(|held| self.take_slot(held)) };
         let Some((index, slot)) = taken else {
-            return Err(self.refuse_staged(stage, ManuallyDrop::into_inner(payload)));
+            return self.refuse_staged(stage, ManuallyDrop::into_inner(payload));
         };
         // Relaxed: the slot is ours (see `schedule_admitted`).
         let (generation, _) = slots::split(slot.state.load(Ordering::Relaxed));
@@ -167,11 +152,7 @@ impl<T> Shard<T> {
             self.hand_over_to_sleeper(stage, deadline);
         }
         stage.count_scheduled();
-        Ok(Scheduled {
-            index,
-            generation,
-            slot: Some(slot.raw()),
-        })
+        Ok((index, generation))
     }
 
     /// A free slot for the owner of the stage whose contents are `held`: one it kept, or
@@ -258,10 +239,10 @@ impl<T> Shard<T> {
     /// place under the bound back.
     #[cold]
     #[inline(never)]
-    fn refuse_staged(&self, stage: &Stage, payload: T) -> Refused<T> {
+    fn refuse_staged(&self, stage: &Stage, payload: T) -> Result<(u32, u32), Refused<T>> {
         self.leave(stage);
         self.discharge();
-        Refused::Full(payload)
+        Err(Refused::Full(payload))
     }
 
     /// The owner staged a timer due at `deadline` that the reaper plans to sleep past:
@@ -391,9 +372,7 @@ impl<T> Shard<T> {
         let whole: Vec<bool> = stages
             .iter()
             .zip(&gone)
-            .map(|(stage, &gone)| {
-                all || gone || shrinking || stage.min().is_some_and(|min| min <= by)
-            })
+            .map(|(stage, &gone)| all || gone || shrinking || stage.min().is_some_and(|min| min <= by))
             .collect();
         let mut marked = Vec::new();
         for (at, stage) in stages.iter().enumerate() {
@@ -583,11 +562,7 @@ impl<T> Shard<T> {
             .iter()
             .filter_map(|stage| {
                 let min = stage.min()?;
-                Some(if stage.is_asked() {
-                    min.max(retry)
-                } else {
-                    min
-                })
+                Some(if stage.is_asked() { min.max(retry) } else { min })
             })
             .min()
     }

@@ -6,9 +6,7 @@
 //! already handed over, is left to the usual path (see `cancel_from`).
 
 use super::{Cancelled, Shard};
-use crate::slots::{
-    self, CANCELLED, PENDING, Pin, QUEUED, RESETTING, RawSlot, STAGED, Slot, Slots,
-};
+use crate::slots::{self, CANCELLED, PENDING, Pin, QUEUED, RESETTING, STAGED, Slot, Slots};
 use crate::stage::{FREE_LEN, Held, Stage};
 use crate::sync::Ordering;
 use std::mem::ManuallyDrop;
@@ -51,40 +49,10 @@ impl<T> Shard<T> {
     ///
     /// No other thread holds the handle (`index`, `generation`): none can cancel or reset
     /// the timer while this runs.
-    ///
-    /// For the loom models, which name timers by index; a sleep calls `take_staged_from`.
-    #[cfg(loom)]
+    #[inline]
     pub unsafe fn take_staged(&self, stage: &Stage, index: u32, generation: u32) -> Option<T> {
-        // SAFETY: the caller's contract; no addresses.
-        unsafe { self.take_staged_from(stage, index, generation, None) }
-    }
-
-    /// `take_staged`, with the addresses of the slot if the caller kept them from its
-    /// schedule (`raw`, a sleep's): where the slot lies in a chunk the shard never gives
-    /// back, they are followed as they are, rather than the slot located from its index
-    /// (the chunk's pointer, its check and the three offsets: some 25 instructions on
-    /// every timeout whose work finished first).
-    ///
-    /// # Safety
-    ///
-    /// As `take_staged`; and `raw`, if given, came from `Slot::raw` of slot `index` of
-    /// this shard.
-    #[inline(always)]
-    pub(crate) unsafe fn take_staged_from(
-        &self,
-        stage: &Stage,
-        index: u32,
-        generation: u32,
-        raw: Option<RawSlot>,
-    ) -> Option<T> {
         self.holding(stage, |held| {
-            let slot = match raw.filter(|_| Pin::NONE.covers(index)) {
-                // SAFETY: the addresses are slot `index`'s of this shard (the caller's
-                // contract), in a chunk that stays installed as long as the shard, which
-                // the caller borrows: the chunk lives for the borrow.
-                Some(raw) => unsafe { Slot::from_raw(raw) },
-                None => self.kept_slot(held, index)?,
-            };
+            let slot = self.kept_slot(held, index)?;
             // The word read there decides: it was written by this thread when it staged
             // the timer, or since through the handle, whose holder is the caller (a write
             // made on another thread, by a sleep polled there, happens before the caller
@@ -192,7 +160,9 @@ impl<T> Shard<T> {
             Cancelled::Done(payload) => payload,
             // SAFETY: taken above. `None` if the timer is staged in another thread's stage,
             // whose holder frees it.
-            Cancelled::Staged => unsafe { stage.with(|held| self.unstage(held, index, slot)) },
+            Cancelled::Staged => unsafe {
+                stage.with(|held| self.unstage(held, index, slot))
+            },
         };
         self.leave(stage);
         if let Some(payload) = payload {
@@ -243,14 +213,7 @@ impl<T> Shard<T> {
     /// the stack and back on every cancel (leaving allocates only to hand a full stage
     /// over; a payload would be leaked, not dropped twice, were that to fail).
     #[inline(always)]
-    fn unstage_cancelled(
-        &self,
-        held: &mut Held,
-        index: u32,
-        slot: Slot<'_, T>,
-        place: usize,
-        generation: u32,
-    ) -> ManuallyDrop<T> {
+    fn unstage_cancelled(&self, held: &mut Held, index: u32, slot: Slot<'_, T>, place: usize, generation: u32) -> ManuallyDrop<T> {
         // Out of the stage first: where nothing comes between (a sleep's `take_staged`),
         // the length `staged_place` checked `place` against is the one the removal
         // checks, and the check folds (after the pushes below it was loaded and compared

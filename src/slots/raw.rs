@@ -1,10 +1,8 @@
 //! A slot's addresses with its payload's type left out (`RawSlot`): how a producer's stage
 //! keeps the slots its owner freed and takes one again without locating it from its index
 //! (the chunk, its pointer's load and check, the three offsets: some twenty instructions on
-//! every schedule that reuses a slot), and how a sleep keeps its timer's slot to take the
-//! timer back by (see `Shard::take_staged_from`). A stage's are followed only by its
-//! holder, for slots counted in its chunk counts, so their chunks stay; a sleep's only
-//! for a slot in a chunk the shard never gives back.
+//! every schedule that reuses a slot). Only the stage's holder follows the addresses, and a
+//! slot kept there is counted in the stage's chunk counts, so its chunk stays.
 
 use super::{Body, Slot};
 use crate::sync::AtomicU32;
@@ -20,15 +18,8 @@ pub(crate) struct RawSlot {
 }
 
 // SAFETY: the pointers are followed only by `Slot::from_raw`, under its contract, on
-// whichever thread holds the stage that keeps them (or takes the timer back, for a
-// sleep's); elsewhere they are not read.
+// whichever thread holds the stage that keeps them; elsewhere they are not read.
 unsafe impl Send for RawSlot {}
-
-// SAFETY: a shared `RawSlot` gives out nothing but copies of the addresses, followed only
-// as above; what they reach (a slot's atomics, and its payload's cell, which the slot's
-// state hands to one thread at a time) is shared between threads in any case. A sleep,
-// `Sync`, keeps one and follows it only through `&mut self`.
-unsafe impl Sync for RawSlot {}
 
 impl<'a, T> Slot<'a, T> {
     /// The slot's addresses, to find it again with `from_raw`.
