@@ -82,7 +82,8 @@ pub(crate) fn init() {
             // Relaxed: `Once` orders it before every later `init` returns, and a stage
             // only exists after its shard's `init` (and reaches other threads through an
             // Arc's synchronisation). A compare-exchange: a fall-back is never undone.
-            let _ = MODE.compare_exchange(SYMMETRIC, ASYMMETRIC, Ordering::Relaxed, Ordering::Relaxed);
+            let _ =
+                MODE.compare_exchange(SYMMETRIC, ASYMMETRIC, Ordering::Relaxed, Ordering::Relaxed);
         }
     });
 }
@@ -266,7 +267,11 @@ mod tests {
                 .and_then(|rounds| rounds.parse().ok())
                 .unwrap_or(50_000)
         };
-        assert_eq!(missed_both(rounds, heavy), 0, "both sides missed the other's store");
+        assert_eq!(
+            missed_both(rounds, heavy),
+            0,
+            "both sides missed the other's store"
+        );
     }
 
     /// Run in a process of its own (it changes the process's mode for good): a seccomp
@@ -312,7 +317,10 @@ mod tests {
             while crate::clock::monotonic_nanos() < started + GRACE {
                 std::thread::sleep(std::time::Duration::from_millis(1));
             }
-            assert!(heavy(), "trusted once GRACE has passed: every light is full");
+            assert!(
+                heavy(),
+                "trusted once GRACE has passed: every light is full"
+            );
         })
         .join()
         .unwrap();

@@ -352,11 +352,19 @@ mod tests {
             assert!(!callback.is_wake_up());
             assert_eq!(Arc::strong_count(&runs), 2);
             callback.run();
-            assert_eq!(Arc::strong_count(&runs), 1, "the capture was dropped by the run");
+            assert_eq!(
+                Arc::strong_count(&runs),
+                1,
+                "the capture was dropped by the run"
+            );
             drop(make());
             assert_eq!(Arc::strong_count(&runs), 1, "the capture was dropped unrun");
             make().discard();
-            assert_eq!(Arc::strong_count(&runs), 1, "the capture was discarded unrun");
+            assert_eq!(
+                Arc::strong_count(&runs),
+                1,
+                "the capture was discarded unrun"
+            );
         }
         assert_eq!(runs.load(Ordering::Relaxed), 2);
     }
@@ -405,7 +413,10 @@ mod tests {
         };
         assert!(!drops(&|| {}));
         assert!(!drops(&copied));
-        assert!(drops(&shared), "an `Arc` captured is released when discarded");
+        assert!(
+            drops(&shared),
+            "an `Arc` captured is released when discarded"
+        );
         assert!(Boxed::<fn()>::KIND.drop.is_some(), "a box is always freed");
     }
 

@@ -71,14 +71,24 @@ fn build_global() -> &'static Timer {
     let clock = Box::into_raw(Box::new(unsafe { &*timer }.scheduler().clock()));
     // AcqRel: publishes the clock; the first build's stays (a rebuild is on it already).
     if CLOCK
-        .compare_exchange(std::ptr::null_mut(), clock, Ordering::AcqRel, Ordering::Acquire)
+        .compare_exchange(
+            std::ptr::null_mut(),
+            clock,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        )
         .is_err()
     {
         // SAFETY: never published: the only pointer is here.
         drop(unsafe { Box::from_raw(clock) });
     }
     // AcqRel: publishes the timer, and sees a racing one's.
-    match GLOBAL.compare_exchange(std::ptr::null_mut(), timer, Ordering::AcqRel, Ordering::Acquire) {
+    match GLOBAL.compare_exchange(
+        std::ptr::null_mut(),
+        timer,
+        Ordering::AcqRel,
+        Ordering::Acquire,
+    ) {
         // SAFETY: as above.
         Ok(_) => unsafe { &*timer },
         Err(first) => {

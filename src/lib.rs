@@ -160,33 +160,58 @@ mod pages;
 mod slab;
 mod wheel;
 
-cfg_engine! {
-    mod barrier;
-    mod bound;
-    mod callback;
-    mod clock;
-    pub mod delay_queue;
-    mod due;
-    mod global;
-    mod inbox;
-    mod interval;
-    mod observe;
-    mod periodic;
-    mod producer;
-    pub mod purgatory;
-    mod scheduler;
-    mod shard;
-    mod sleep;
-    mod slack;
-    mod slots;
-    mod stage;
-    mod stats;
-    mod sync;
-    pub mod time;
-    mod timeout;
-    mod timer;
-    mod wakeup;
-}
+// One by one rather than in `cfg_engine!`: `cargo fmt` does not reach the files of modules
+// declared inside a macro.
+#[cfg(feature = "engine")]
+mod barrier;
+#[cfg(feature = "engine")]
+mod bound;
+#[cfg(feature = "engine")]
+mod callback;
+#[cfg(feature = "engine")]
+mod clock;
+#[cfg(feature = "engine")]
+pub mod delay_queue;
+#[cfg(feature = "engine")]
+mod due;
+#[cfg(feature = "engine")]
+mod global;
+#[cfg(feature = "engine")]
+mod inbox;
+#[cfg(feature = "engine")]
+mod interval;
+#[cfg(feature = "engine")]
+mod observe;
+#[cfg(feature = "engine")]
+mod periodic;
+#[cfg(feature = "engine")]
+mod producer;
+#[cfg(feature = "engine")]
+pub mod purgatory;
+#[cfg(feature = "engine")]
+mod scheduler;
+#[cfg(feature = "engine")]
+mod shard;
+#[cfg(feature = "engine")]
+mod slack;
+#[cfg(feature = "engine")]
+mod sleep;
+#[cfg(feature = "engine")]
+mod slots;
+#[cfg(feature = "engine")]
+mod stage;
+#[cfg(feature = "engine")]
+mod stats;
+#[cfg(feature = "engine")]
+mod sync;
+#[cfg(feature = "engine")]
+pub mod time;
+#[cfg(feature = "engine")]
+mod timeout;
+#[cfg(feature = "engine")]
+mod timer;
+#[cfg(feature = "engine")]
+mod wakeup;
 // `hyper` implies `engine`.
 #[cfg(feature = "hyper")]
 mod hyper_timer;

@@ -53,7 +53,12 @@ impl<T: Send + 'static> Timer<T> {
             let mut stats = Stats::new();
             stats.merge(&shard.stats());
             let labels = [("timer", name.to_owned()), ("shard", index.to_string())];
-            record_named("shardwheel", stats.counts().named(), Counts::is_level, &labels);
+            record_named(
+                "shardwheel",
+                stats.counts().named(),
+                Counts::is_level,
+                &labels,
+            );
             for (quantile, value) in QUANTILES {
                 let labels = [
                     labels[0].clone(),

@@ -298,7 +298,10 @@ impl<K: Hash + Eq + Send + Sync + 'static, O: DelayedOperation> Purgatory<K, O> 
         keys: impl IntoIterator<Item = K>,
     ) -> Result<bool, ScheduleError<O>> {
         if op.try_complete() {
-            self.watchers.counts.completed.fetch_add(1, Ordering::Relaxed);
+            self.watchers
+                .counts
+                .completed
+                .fetch_add(1, Ordering::Relaxed);
             op.on_complete();
             return Ok(true);
         }
@@ -350,7 +353,10 @@ impl<K: Hash + Eq + Send + Sync + 'static, O: DelayedOperation> Purgatory<K, O> 
         if let Some(&handle) = entry.timer.get() {
             self.timer.cancel(handle);
         }
-        self.watchers.counts.completed.fetch_add(1, Ordering::Relaxed);
+        self.watchers
+            .counts
+            .completed
+            .fetch_add(1, Ordering::Relaxed);
         entry.op.on_complete();
         self.watchers.completed();
         true
@@ -483,7 +489,12 @@ impl<K: Hash + Eq + Send + Sync + 'static, O: DelayedOperation> Purgatory<K, O> 
     pub fn record_metrics(&self, name: &str) {
         let labels = [("purgatory", name.to_owned())];
         let counts = self.counts();
-        crate::observe::record_named("shardwheel_purgatory", counts.named(), PurgatoryCounts::is_level, &labels);
+        crate::observe::record_named(
+            "shardwheel_purgatory",
+            counts.named(),
+            PurgatoryCounts::is_level,
+            &labels,
+        );
         self.timer.record_metrics(name);
     }
 

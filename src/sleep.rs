@@ -186,7 +186,11 @@ impl Sleep {
         let scheduler = self.engine.scheduler();
         let deadline = scheduler.deadline_at(deadline.into());
         self.due = Deadline::At(deadline);
-        if let Some(armed) = self.armed.as_ref().filter(|armed| armed.forks == global::forks()) {
+        if let Some(armed) = self
+            .armed
+            .as_ref()
+            .filter(|armed| armed.forks == global::forks())
+        {
             // A timer that has not fired yet moves; a reset that finds it fired (or firing)
             // fails, and the next poll schedules a new one. A deadline already passed
             // needs no timer: the next poll finds it passed.

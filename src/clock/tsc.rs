@@ -292,7 +292,13 @@ pub(crate) fn read_by_syscall(clock: libc::clockid_t) -> u64 {
     };
     // SAFETY: the system call writes one timespec through the pointer, which points at a
     // live, writable one; the monotonic clock exists on every Linux, so it does not fail.
-    unsafe { libc::syscall(libc::SYS_clock_gettime, clock, &mut now as *mut libc::timespec) };
+    unsafe {
+        libc::syscall(
+            libc::SYS_clock_gettime,
+            clock,
+            &mut now as *mut libc::timespec,
+        )
+    };
     // As in `read`.
     (now.tv_sec as u64)
         .wrapping_mul(1_000_000_000)
@@ -387,7 +393,9 @@ fn calibrate() -> Option<u64> {
     // An upper bound of the raw nanoseconds between the two counts, over the counts: an
     // upper bound of the counter's rate, rounded up; then a quarter more.
     let rate = (u128::from(now.after - start.before) << 32) / u128::from(counts) + 1;
-    let rate = u64::try_from(rate + rate / 4).ok().filter(|&rate| rate < OFF)?;
+    let rate = u64::try_from(rate + rate / 4)
+        .ok()
+        .filter(|&rate| rate < OFF)?;
     CHECKED.store(read(libc::CLOCK_MONOTONIC), Ordering::Relaxed);
     // Only over 0: another thread may have measured a rate since this one read 0, and the
     // net may have turned the counter off since, which must stay so.
@@ -496,11 +504,20 @@ mod tests {
             after: before + 100,
         };
         // 10,000 counts on, the extrapolation says 60,000 ns.
-        assert!(!fell_behind(old, new(60_000, 11_000)), "level with the clock");
+        assert!(
+            !fell_behind(old, new(60_000, 11_000)),
+            "level with the clock"
+        );
         assert!(!fell_behind(old, new(59_000, 11_000)), "ahead of it");
         assert!(fell_behind(old, new(60_001, 11_000)), "a nanosecond behind");
-        assert!(fell_behind(old, new(1 << 40, 2_000_000)), "far behind, far on");
-        assert!(!fell_behind(old, new(1 << 40, 999)), "the counter went back");
+        assert!(
+            fell_behind(old, new(1 << 40, 2_000_000)),
+            "far behind, far on"
+        );
+        assert!(
+            !fell_behind(old, new(1 << 40, 999)),
+            "the counter went back"
+        );
         let empty = Anchor { span: 0, ..old };
         assert!(!fell_behind(empty, new(1 << 40, 11_000)), "no anchor yet");
     }

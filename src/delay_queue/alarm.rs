@@ -110,7 +110,10 @@ impl Alarm {
         }
         // After any reading of the clock so far: in the future.
         let deadline = self.after(timeout);
-        (Stamp::MIN.saturating_add(deadline), deadline.div_ceil(TICK_NANOS))
+        (
+            Stamp::MIN.saturating_add(deadline),
+            deadline.div_ceil(TICK_NANOS),
+        )
     }
 
     /// `deadline` as a stamp, and the tick to file it under: the first at or after it, or,

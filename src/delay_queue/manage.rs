@@ -1,8 +1,8 @@
 //! The queue's other methods: resets, deadlines, `peek`, `clear` and its memory
 //! (`capacity`, `reserve`, `compact`, `shrink_to_fit`).
 
-use super::{DelayQueue, Key, stale};
 use super::alarm::Stamp;
+use super::{DelayQueue, Key, stale};
 use crate::error::StaleKey;
 use std::time::{Duration, Instant};
 

@@ -122,10 +122,7 @@ impl<T> futures_core::Stream for DelayQueue<T> {
     type Item = Expired<T>;
 
     /// [`DelayQueue::poll_expired`]: `None` while the queue is empty.
-    fn poll_next(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Self::Item>> {
+    fn poll_next(self: std::pin::Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         self.get_mut().poll_expired(cx)
     }
 }

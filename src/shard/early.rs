@@ -84,7 +84,8 @@ impl EarlyWake {
         self.refilled_at = self.refilled_at.max(now);
         let early = deadline.saturating_sub(self.lead);
         let affordable = self.budget >= self.lead;
-        self.led = (self.enabled && self.lead > 0 && early > now && affordable).then_some(self.lead);
+        self.led =
+            (self.enabled && self.lead > 0 && early > now && affordable).then_some(self.lead);
         if self.led.is_some() { early } else { deadline }
     }
 
@@ -146,15 +147,26 @@ mod tests {
     fn the_lead_settles_at_the_median_oversleep() {
         let mut early = EarlyWake::new(true);
         // 30, 40 and 90 us in turn: the median is 40 us, the mean 53.
-        feed(&mut early, [30_000, 40_000, 90_000].into_iter().cycle().take(3_000));
-        assert!((38_000..=41_000).contains(&early.lead), "lead {}", early.lead);
+        feed(
+            &mut early,
+            [30_000, 40_000, 90_000].into_iter().cycle().take(3_000),
+        );
+        assert!(
+            (38_000..=41_000).contains(&early.lead),
+            "lead {}",
+            early.lead
+        );
     }
 
     #[test]
     fn the_lead_follows_the_oversleep_down_again() {
         let mut early = EarlyWake::new(true);
         feed(&mut early, std::iter::repeat_n(45_000, 100));
-        assert!((44_000..=45_000).contains(&early.lead), "lead {}", early.lead);
+        assert!(
+            (44_000..=45_000).contains(&early.lead),
+            "lead {}",
+            early.lead
+        );
         feed(&mut early, std::iter::repeat_n(5_000, 100));
         assert!(early.lead <= 6_000, "lead {}", early.lead);
     }
@@ -238,7 +250,10 @@ mod tests {
             }
             now = deadline;
         }
-        assert!((1_900_000..=2_100_000).contains(&spun), "spun {spun} in {led} spins");
+        assert!(
+            (1_900_000..=2_100_000).contains(&spun),
+            "spun {spun} in {led} spins"
+        );
         // A quiet second later, the reaper leads again.
         let now = now + 1_000_000_000;
         assert!(early.target(now + 1_000_000, now) < now + 1_000_000);

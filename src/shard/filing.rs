@@ -100,7 +100,12 @@ impl<T> Shard<T> {
     pub(super) fn place_at_deadline(&self, due: &mut Due, index: u32, slot: Slot<'_, T>) {
         // Relaxed: published by the inbox push or the change that brought the slot here.
         let deadline = slot.deadline.load(Ordering::Relaxed);
-        self.place(due, index, slot, tick_of(deadline, self.tick_nanos, self.exact));
+        self.place(
+            due,
+            index,
+            slot,
+            tick_of(deadline, self.tick_nanos, self.exact),
+        );
     }
 
     /// Takes slot `index` out of the wheel, if it is in.

@@ -102,11 +102,18 @@ mod tests {
         assert_eq!(lead.limit(horizon(20 * MS), 20 * MS), 100 * MS);
         lead.parks(300 * MS);
         lead.woke(290 * MS, 30 * MS);
-        assert_eq!(lead.limit(horizon(30 * MS), 30 * MS), 110 * MS, "cap still 80 ms");
+        assert_eq!(
+            lead.limit(horizon(30 * MS), 30 * MS),
+            110 * MS,
+            "cap still 80 ms"
+        );
         // It lapses a `HOLD` after the last wake-up that set it.
         let lapsed = 30 * MS + HOLD;
         assert_eq!(lead.limit(horizon(lapsed), lapsed), horizon(lapsed));
-        assert_eq!(lead.limit(horizon(lapsed - 1), lapsed - 1), lapsed - 1 + 80 * MS);
+        assert_eq!(
+            lead.limit(horizon(lapsed - 1), lapsed - 1),
+            lapsed - 1 + 80 * MS
+        );
     }
 
     #[test]

@@ -44,15 +44,13 @@ use crate::clock;
 use crate::due::Due;
 use crate::inbox::{Closed, Inbox};
 use crate::observe;
-use crate::slots::{
-    self, Freed, PENDING, Slot, Slots,
-};
+use crate::slots::{self, Freed, PENDING, Slot, Slots};
 use crate::stage::Stage;
 use crate::stats::{Counts, ShardStats};
 use crate::sync::{self, AtomicBool, AtomicU32, AtomicU64, Ordering};
 use crate::wakeup::Wakeup;
-use crossbeam_utils::CachePadded;
 use changes::Cancelled;
+use crossbeam_utils::CachePadded;
 use staged::Registry;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;

@@ -77,7 +77,10 @@ mod tests {
         let step = NAP / 10;
         // A few short sleeps keep their plans, whatever they fire.
         for i in 0..u64::from(DENSE) - 1 {
-            assert_eq!(naps.put_off(Some(i * step + step), i * step, 2 * DENSE_FIRED), None);
+            assert_eq!(
+                naps.put_off(Some(i * step + step), i * step, 2 * DENSE_FIRED),
+                None
+            );
         }
         // The next one, and those after it, last a nap.
         let now = u64::from(DENSE) * step;

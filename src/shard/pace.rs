@@ -36,7 +36,10 @@ impl<T> Shard<T> {
     /// The index of the shard (of this shard's timer) whose reaper is pinned to CPU `cpu`.
     pub(crate) fn reaper_pinned_to(&self, cpu: u32) -> Option<usize> {
         // Relaxed: as in `pinned_to`.
-        let shard = self.reapers_by_cpu.get(cpu as usize)?.load(Ordering::Relaxed);
+        let shard = self
+            .reapers_by_cpu
+            .get(cpu as usize)?
+            .load(Ordering::Relaxed);
         (shard != 0).then(|| shard as usize - 1)
     }
 

@@ -47,7 +47,9 @@ impl<T> Shard<T> {
         loop {
             // Its own wheel, held until it parks: a sibling may rescue it only meanwhile.
             let mut held = self.wheel();
-            let due = held.as_mut().expect("only the wind-up takes the reaper's wheel");
+            let due = held
+                .as_mut()
+                .expect("only the wind-up takes the reaper's wheel");
             // Looked at before the pass, so that the last pass starts after the stop and
             // fires what was due by then (a drain counts on it). Relaxed: the flag carries
             // no data; `may_sleep` orders the last look.
@@ -67,10 +69,14 @@ impl<T> Shard<T> {
             }
             let rescue_at = self.rescue(siblings, clock, handler);
             let elapsed = clock.elapsed();
-            let wake_at = [self.wake_target(due), self.next_staged(due, elapsed), rescue_at]
-                .into_iter()
-                .flatten()
-                .min();
+            let wake_at = [
+                self.wake_target(due),
+                self.next_staged(due, elapsed),
+                rescue_at,
+            ]
+            .into_iter()
+            .flatten()
+            .min();
             if wake_at.is_some_and(|at| at <= elapsed) {
                 continue;
             }
@@ -208,8 +214,7 @@ impl<T> Shard<T> {
         let mut changed = self.walk(List::Changes, due, changes, &mut freed, &mut catch_up);
         // The stages last: a change may have asked for them all. Those holding a timer
         // already due come in now; the reaper wakes for the others (see `stage`).
-        let mut arrived =
-            arrived + self.collect_stages(due, &mut freed, elapsed(), &mut catch_up);
+        let mut arrived = arrived + self.collect_stages(due, &mut freed, elapsed(), &mut catch_up);
         let staged_cancels = !due.cancels.is_empty();
         if staged_cancels {
             // A cancel taken from a stage may be of a timer pushed on the inbox since the
@@ -364,7 +369,13 @@ impl<T> Shard<T> {
     /// Takes in a timer that arrived, from the inbox or a stage: links it into the wheel,
     /// unless it was cancelled on the way; a staged one, the reaper unstages, and frees if
     /// it was cancelled (no change will come for it).
-    pub(super) fn arrive_slot(&self, due: &mut Due, index: u32, slot: Slot<'_, T>, freed: &mut Freed) {
+    pub(super) fn arrive_slot(
+        &self,
+        due: &mut Due,
+        index: u32,
+        slot: Slot<'_, T>,
+        freed: &mut Freed,
+    ) {
         // Acquire: pairs with the canceller's Release (the inbox swap, or the stage's
         // Acquire, already made the producer's writes visible).
         let mut word = slot.state.load(Ordering::Acquire);

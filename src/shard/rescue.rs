@@ -120,8 +120,14 @@ impl<T: Send> Shard<T> {
         handler: &(dyn Fn(T) + Sync),
     ) -> Option<u64> {
         let mut again = None;
-        for sibling in siblings.iter().filter(|&sibling| !std::ptr::eq(sibling, self)) {
-            if !sibling.wakeup.overdue(clock.elapsed(), clock::nanos(RESCUE_AFTER)) {
+        for sibling in siblings
+            .iter()
+            .filter(|&sibling| !std::ptr::eq(sibling, self))
+        {
+            if !sibling
+                .wakeup
+                .overdue(clock.elapsed(), clock::nanos(RESCUE_AFTER))
+            {
                 continue;
             }
             let next = sibling.rescue_pass(clock);
@@ -176,10 +182,13 @@ impl<T: Send> Shard<T> {
         self.take_in_and_fire(due, clock.now(), &|| clock.elapsed(), &collect);
         self.deferred.rescuing.store(false, Ordering::Relaxed);
         self.reaper_stats().rescued += 1;
-        let next = [self.wake_target(due), self.next_staged(due, clock.elapsed())]
-            .into_iter()
-            .flatten()
-            .min();
+        let next = [
+            self.wake_target(due),
+            self.next_staged(due, clock.elapsed()),
+        ]
+        .into_iter()
+        .flatten()
+        .min();
         Some(next.unwrap_or(u64::MAX))
     }
 }
@@ -256,7 +265,14 @@ mod tests {
     /// A two-shard timer whose shard 1's reaper is stopped for `pause` once it has parked,
     /// the thread id of that reaper, and where its timers' fires arrive; shard 0 has timers
     /// every 5 ms for 150 ms, for its reaper to wake and look at its sibling.
-    fn held_up(pause: Duration) -> (Timer, libc::c_long, mpsc::Sender<Fire>, mpsc::Receiver<Fire>) {
+    fn held_up(
+        pause: Duration,
+    ) -> (
+        Timer,
+        libc::c_long,
+        mpsc::Sender<Fire>,
+        mpsc::Receiver<Fire>,
+    ) {
         let timer = Timer::builder().shards(2).build().unwrap();
         let (fired, fires) = mpsc::channel();
         on_shard(&timer, 1, Duration::ZERO, &fired, "shard 1's reaper");
@@ -287,7 +303,10 @@ mod tests {
         on_shard(&timer, 1, Duration::from_millis(20), &fired, "held up");
         let (after, by) = fire_of(&fires, "held up");
         assert_ne!(by, reaper, "fired by a sibling's reaper");
-        assert!(after < Duration::from_millis(500), "fired {after:?} after it was scheduled");
+        assert!(
+            after < Duration::from_millis(500),
+            "fired {after:?} after it was scheduled"
+        );
         assert!(timer.shard_counts(1).unwrap().rescued > 0);
         assert_eq!(timer.shard_counts(0).unwrap().rescued, 0);
     }
@@ -319,7 +338,9 @@ mod tests {
     impl Drop for ShutsDownOnDrop {
         fn drop(&mut self) {
             let handed_back = self.0.shutdown().len();
-            let _ = self.1.send(("dropped", Duration::ZERO, handed_back as libc::c_long));
+            let _ = self
+                .1
+                .send(("dropped", Duration::ZERO, handed_back as libc::c_long));
         }
     }
 

@@ -28,9 +28,9 @@ use crate::stage::{Held, Leave, STAGE_LEN, Stage, Staged, Take};
 use crate::sync::{Ordering, thread};
 #[cfg(loom)]
 use loom::sync::MutexGuard;
+use std::mem::ManuallyDrop;
 #[cfg(not(loom))]
 use std::sync::MutexGuard;
-use std::mem::ManuallyDrop;
 use std::sync::{Arc, PoisonError};
 
 /// The stages registered with a shard, and the batches handed over, that its reaper has
@@ -372,7 +372,9 @@ impl<T> Shard<T> {
         let whole: Vec<bool> = stages
             .iter()
             .zip(&gone)
-            .map(|(stage, &gone)| all || gone || shrinking || stage.min().is_some_and(|min| min <= by))
+            .map(|(stage, &gone)| {
+                all || gone || shrinking || stage.min().is_some_and(|min| min <= by)
+            })
             .collect();
         let mut marked = Vec::new();
         for (at, stage) in stages.iter().enumerate() {
@@ -562,7 +564,11 @@ impl<T> Shard<T> {
             .iter()
             .filter_map(|stage| {
                 let min = stage.min()?;
-                Some(if stage.is_asked() { min.max(retry) } else { min })
+                Some(if stage.is_asked() {
+                    min.max(retry)
+                } else {
+                    min
+                })
             })
             .min()
     }

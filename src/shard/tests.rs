@@ -196,7 +196,9 @@ fn a_pass_collects_every_stage_holding_a_timer_due() {
     let stages: Vec<_> = (0..4).map(|_| shard.register_stage().unwrap()).collect();
     for (i, stage) in stages.iter().enumerate() {
         let deadline = if i == 3 { 9_000 } else { 5_000 };
-        shard.schedule_staged(stage, deadline, Box::new(i as u64)).unwrap();
+        shard
+            .schedule_staged(stage, deadline, Box::new(i as u64))
+            .unwrap();
     }
     let mut due = Due::new();
     let fired = std::sync::Mutex::new(Vec::new());
@@ -233,7 +235,9 @@ fn a_pass_collects_every_stage_holding_a_timer_due() {
 fn a_staged_timer_due_at_the_end_of_time_fires_there() {
     let shard = exact_shard();
     let stage = shard.register_stage().unwrap();
-    shard.schedule_staged(&stage, u64::MAX, Box::new(7)).unwrap();
+    shard
+        .schedule_staged(&stage, u64::MAX, Box::new(7))
+        .unwrap();
     let mut due = Due::new();
     let fired = std::sync::Mutex::new(Vec::new());
     let record = |payload: Box<u64>| fired.lock().unwrap().push(*payload);
@@ -268,7 +272,9 @@ fn a_stage_that_lets_go_gives_its_batch_of_free_slots_back() {
     shard.pass(&mut due, 1, &|| 1_000, &not_due);
     let second = shard.register_stage().unwrap();
     for payload in 4..7 {
-        let (index, _) = shard.schedule_staged(&second, 5_000, Box::new(payload)).unwrap();
+        let (index, _) = shard
+            .schedule_staged(&second, 5_000, Box::new(payload))
+            .unwrap();
         assert!(index < 3, "slot {index} is new");
     }
     assert_eq!(shard.slots.claimed(), 3);
@@ -284,7 +290,9 @@ fn the_owners_cancels_of_timers_handed_over_wait_in_its_stage_for_a_tidy_pass() 
     let stage = shard.register_stage().unwrap();
     let state = |index: u32| slots::split(shard.slot(index).state.load(Ordering::Relaxed));
     // A staged timer gives the stage a slot in the first chunk; two more go on the inbox.
-    shard.schedule_staged(&stage, 50_000_000, Box::new(0)).unwrap();
+    shard
+        .schedule_staged(&stage, 50_000_000, Box::new(0))
+        .unwrap();
     let inbox: Vec<(u32, u32)> = (1..3)
         .map(|payload| shard.schedule(50_000_000, Box::new(payload)).unwrap())
         .collect();
@@ -332,14 +340,20 @@ fn a_stage_whose_owner_was_asked_stays_in_the_plan() {
     shard.pass(&mut due, 5, &|| 5_000, &|_| panic!("its owner is inside"));
     assert!(stage.is_asked());
     let retry = 5_000 + clock::nanos(super::staged::ASKED_RETRY);
-    assert_eq!(shard.next_staged(&due, 5_000), Some(retry), "asked, and planned for");
+    assert_eq!(
+        shard.next_staged(&due, 5_000),
+        Some(retry),
+        "asked, and planned for"
+    );
     assert_eq!(shard.next_staged(&due, retry + 7), Some(retry + 1_000_007));
     // The owner goes on without leaving; the reaper comes back at the retry and asks.
     shard.pass(&mut due, 6, &|| 6_000, &|_| panic!("its owner is inside"));
     stage.answer();
     let fired = std::sync::Mutex::new(Vec::new());
     assert_eq!(stage.leave(), crate::stage::Leave::Left);
-    shard.pass(&mut due, 7, &|| 7_000, &|payload| fired.lock().unwrap().push(*payload));
+    shard.pass(&mut due, 7, &|| 7_000, &|payload| {
+        fired.lock().unwrap().push(*payload)
+    });
     assert_eq!(*fired.lock().unwrap(), [1], "taken once the owner left");
 }
 

@@ -160,9 +160,7 @@ impl<T> Shard<T> {
             Cancelled::Done(payload) => payload,
             // SAFETY: taken above. `None` if the timer is staged in another thread's stage,
             // whose holder frees it.
-            Cancelled::Staged => unsafe {
-                stage.with(|held| self.unstage(held, index, slot))
-            },
+            Cancelled::Staged => unsafe { stage.with(|held| self.unstage(held, index, slot)) },
         };
         self.leave(stage);
         if let Some(payload) = payload {
@@ -213,7 +211,14 @@ impl<T> Shard<T> {
     /// the stack and back on every cancel (leaving allocates only to hand a full stage
     /// over; a payload would be leaked, not dropped twice, were that to fail).
     #[inline(always)]
-    fn unstage_cancelled(&self, held: &mut Held, index: u32, slot: Slot<'_, T>, place: usize, generation: u32) -> ManuallyDrop<T> {
+    fn unstage_cancelled(
+        &self,
+        held: &mut Held,
+        index: u32,
+        slot: Slot<'_, T>,
+        place: usize,
+        generation: u32,
+    ) -> ManuallyDrop<T> {
         // Out of the stage first: where nothing comes between (a sleep's `take_staged`),
         // the length `staged_place` checked `place` against is the one the removal
         // checks, and the check folds (after the pushes below it was loaded and compared

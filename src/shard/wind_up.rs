@@ -61,7 +61,8 @@ impl<T> Shard<T> {
             .drain_near()
             .map(|near| (near.index, Some(near.generation)))
             .collect();
-        let in_wheel = std::iter::from_fn(|| self.poll_wheel(due, u64::MAX)).map(|index| (index, None));
+        let in_wheel =
+            std::iter::from_fn(|| self.poll_wheel(due, u64::MAX)).map(|index| (index, None));
         let slots: Vec<(u32, Option<u32>)> = held.into_iter().chain(in_wheel).collect();
         // A timer held and also back in the wheel (reset) is handed back once: the first
         // claim takes it.

@@ -16,8 +16,8 @@
 //! a million controls take.
 
 use super::{Body, Control, Slot};
-use crate::sync::AtomicU32;
 use crate::slab;
+use crate::sync::AtomicU32;
 use std::alloc::Layout;
 
 /// log2 of the first chunk's length; 1 under loom, so that a model fills a chunk and gives
@@ -39,7 +39,10 @@ pub(crate) fn chunk_of(index: u32) -> usize {
 pub(super) fn locate(index: u32) -> (usize, usize) {
     let shifted = u64::from(index) + (1 << FIRST_CHUNK_BITS);
     let top = 63 - shifted.leading_zeros();
-    ((top - FIRST_CHUNK_BITS) as usize, (shifted ^ (1 << top)) as usize)
+    (
+        (top - FIRST_CHUNK_BITS) as usize,
+        (shifted ^ (1 << top)) as usize,
+    )
 }
 
 pub(super) fn chunk_len(chunk: usize) -> usize {

@@ -146,7 +146,6 @@ pub(crate) struct Body<T> {
     freed: UnsafeCell<bool>,
 }
 
-
 /// One timer slot, shared between the producers, cancellers and the reaper: its control
 /// word, change link and body (through `Deref`), which live apart in their chunk (see
 /// `chunk`).
@@ -484,7 +483,13 @@ impl<T> Slots<T> {
     /// when the generation would wrap. Called by the owner of the slot: the reaper, or a
     /// producer whose push was refused. The slot is free from here on (no handle reaches
     /// its payload), and reusable once `freed` is recycled.
-    pub(crate) fn release(&self, index: u32, slot: Slot<'_, T>, generation: u32, freed: &mut Freed) {
+    pub(crate) fn release(
+        &self,
+        index: u32,
+        slot: Slot<'_, T>,
+        generation: u32,
+        freed: &mut Freed,
+    ) {
         let next_generation = next_generation(generation);
         // Release: a producer that later sees the slot FREE (through the free stack's
         // Acquire) also sees everything the reaper did with the payload.
@@ -561,7 +566,9 @@ impl<T> Drop for Slots<T> {
                 continue;
             }
             let first = first_index(chunk) as usize;
-            let used = (claimed as usize).saturating_sub(first).min(chunk_len(chunk));
+            let used = (claimed as usize)
+                .saturating_sub(first)
+                .min(chunk_len(chunk));
             for offset in 0..used {
                 // SAFETY: installed chunks come from `new_chunk` with this length, `offset`
                 // is below it, and `&mut self` means no other thread holds a reference

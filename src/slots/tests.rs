@@ -375,7 +375,10 @@ fn a_slot_at_the_last_generation_is_retired() {
     slots.recycle(&mut freed);
     let (again, slot) = slots.take().unwrap();
     assert_eq!(again, a, "the last generation is still used");
-    assert_eq!(split(slot.state.load(Ordering::Relaxed)), (GENERATIONS - 1, FREE));
+    assert_eq!(
+        split(slot.state.load(Ordering::Relaxed)),
+        (GENERATIONS - 1, FREE)
+    );
     slots.release(a, slot, GENERATIONS - 1, &mut freed);
     slots.recycle(&mut freed);
     let (b, _) = slots.take().unwrap();
@@ -428,7 +431,10 @@ fn a_chunk_packs_the_controls_apart_from_the_bodies() {
         )
     };
     let (first_state, first_link, first_body) = at(taken[0]);
-    assert!(first_link >= first_state + 4 * 64, "the links after the controls");
+    assert!(
+        first_link >= first_state + 4 * 64,
+        "the links after the controls"
+    );
     for &index in &taken {
         let (state, link, body) = at(index);
         let offset = (index - taken[0]) as usize;
@@ -437,7 +443,10 @@ fn a_chunk_packs_the_controls_apart_from_the_bodies() {
         assert_eq!(state, first_state + 4 * offset);
         assert_eq!(link, first_link + 4 * offset);
         assert_eq!(body, first_body + 32 * offset);
-        assert!(body >= first_link + 4 * 64, "slot {index}'s body among the links");
+        assert!(
+            body >= first_link + 4 * 64,
+            "slot {index}'s body among the links"
+        );
     }
 }
 
@@ -526,7 +535,9 @@ fn slots_pushed_back_on_the_spare_stack_after_a_shrink_reach_the_next() {
         );
     }
     // A producer's `take` takes a batch...
-    let first = slots.take_batch(&slots.spare).expect("a batch below the limit");
+    let first = slots
+        .take_batch(&slots.spare)
+        .expect("a batch below the limit");
     // SAFETY: a batch taken, so the test's.
     let kept = unsafe { slots.owned(first) }.unwrap();
     let rest = kept.link.load(Ordering::Relaxed);

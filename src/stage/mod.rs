@@ -520,9 +520,16 @@ mod tests {
     fn an_unfenced_reaper_takes_only_a_stage_whose_owner_let_go() {
         let stage = Stage::new();
         assert!(stage.mark_held());
-        assert_eq!(stage.settle(true, false), Take::Asked, "looks out, proves nothing");
+        assert_eq!(
+            stage.settle(true, false),
+            Take::Asked,
+            "looks out, proves nothing"
+        );
         assert!(stage.is_asked(), "asked as if inside");
-        assert!(stage.try_own(), "not held: the owner may come in, and answers");
+        assert!(
+            stage.try_own(),
+            "not held: the owner may come in, and answers"
+        );
         stage.answer();
         assert_eq!(stage.leave(), Leave::Left);
         stage.let_go();
@@ -542,7 +549,11 @@ mod tests {
         stage.clear_min();
         assert_eq!(stage.min(), None, "handed over or collected");
         stage.set_min(u64::MAX);
-        assert_eq!(stage.min(), Some(u64::MAX - 1), "the end of time, a hair early");
+        assert_eq!(
+            stage.min(),
+            Some(u64::MAX - 1),
+            "the end of time, a hair early"
+        );
     }
 
     #[test]

@@ -6,12 +6,12 @@
 //! engine's timeout alone, with no tag, and its branches compile away (W7 in
 //! `benches/futures.rs` measures it beside the engine's).
 
+use super::Instant;
 use super::error::Elapsed;
 #[cfg(feature = "test-util")]
 use super::paused;
 use super::paused::TokioTimeout;
 use super::sleep::timer_error;
-use super::Instant;
 use crate::TimeoutError;
 use std::future::{Future, IntoFuture};
 use std::marker::PhantomPinned;
@@ -186,9 +186,9 @@ impl<F: Future> Future for Timeout<F> {
                 Poll::Ready(Err(TimeoutError::Sleep(error))) => timer_error(error),
                 Poll::Pending => Poll::Pending,
             },
-            InnerProjection::Tokio { timeout } => {
-                timeout.poll(cx).map(|ready| ready.map_err(|_| Elapsed::new()))
-            }
+            InnerProjection::Tokio { timeout } => timeout
+                .poll(cx)
+                .map(|ready| ready.map_err(|_| Elapsed::new())),
         }
     }
 }

@@ -1,7 +1,7 @@
 //! `Builder`: a timer's configuration, checked, and the start of its shards and reapers.
 //! Also what makes a timer's handles its own: an id never given twice.
 
-use super::{reaper_thread, Driver, Engine, Manual, Timer};
+use super::{Driver, Engine, Manual, Timer, reaper_thread};
 use crate::bound::Bound;
 use crate::callback::{self, Callback};
 use crate::clock::Clock;

@@ -125,5 +125,4 @@ impl<T: Send + 'static> Timer<T> {
             .flat_map(|(shard, due)| shard.wind_up(due))
             .collect()
     }
-
 }

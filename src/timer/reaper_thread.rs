@@ -59,7 +59,12 @@ fn ask_for_short_slice() {
     // SAFETY: sched_setattr(2) reads `size` bytes from the pointer, here a whole
     // `sched_attr` that lives across the call; pid 0 is the calling thread; flags 0.
     unsafe {
-        libc::syscall(libc::SYS_sched_setattr, 0, &attr as *const libc::sched_attr, 0);
+        libc::syscall(
+            libc::SYS_sched_setattr,
+            0,
+            &attr as *const libc::sched_attr,
+            0,
+        );
     }
 }
 
@@ -73,7 +78,13 @@ fn scheduling() -> Option<libc::sched_attr> {
     // a `sched_attr` of that size owned by this frame; pid 0 is the calling thread; flags
     // must be 0.
     let done = unsafe {
-        libc::syscall(libc::SYS_sched_getattr, 0, &mut attr as *mut libc::sched_attr, size, 0)
+        libc::syscall(
+            libc::SYS_sched_getattr,
+            0,
+            &mut attr as *mut libc::sched_attr,
+            size,
+            0,
+        )
     };
     (done == 0).then_some(attr)
 }
