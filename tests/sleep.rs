@@ -124,10 +124,10 @@ fn a_sleep_dropped_on_its_thread_on_another_or_after_a_reset_lets_go_once() {
     }
 }
 
-/// A staged sleep keeps its slot's addresses to take its timer back by. One whose timer
-/// fired, and whose slot's memory the shard has given back since (past the chunks it
-/// keeps for ever), lets go without following them: nothing is cancelled twice, and the
-/// timer goes on working. (Followed, the addresses would read unmapped memory.)
+/// A sleep whose timer fired, and whose slot's memory the shard has given back since
+/// (past the chunks it keeps for ever), lets go without touching that memory: nothing is
+/// cancelled, and the timer goes on working. (A take-back that followed the slot's old
+/// addresses would read unmapped memory.)
 #[test]
 fn a_sleep_whose_slot_was_given_back_after_it_fired_lets_go_harmlessly() {
     const SLEEPS: u64 = 10_000;
