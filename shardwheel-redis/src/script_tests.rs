@@ -563,3 +563,18 @@ async fn a_call_loads_its_script_on_a_server_that_has_none() {
     // Loaded now: the next call finds it.
     assert!(queue.status("n-2").await.unwrap().is_none());
 }
+
+/// How many calls of `command` (lower case) the server ran, scripts' included, since its
+/// statistics were reset.
+fn calls(conn: &mut redis::Connection, command: &str) -> u64 {
+    let info: String = redis::cmd("INFO").arg("commandstats").query(conn).unwrap();
+    let prefix = format!("cmdstat_{command}:calls=");
+    info.lines()
+        .find_map(|line| line.strip_prefix(prefix.as_str()))
+        .map_or(0, |rest| rest.split(',').next().unwrap().parse().unwrap())
+}
+
+/// Resets the server's statistics (`calls` counts from here).
+fn reset_stats(conn: &mut redis::Connection) {
+    let () = redis::cmd("CONFIG").arg("RESETSTAT").query(conn).unwrap();
+}

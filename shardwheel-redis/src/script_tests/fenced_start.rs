@@ -4,7 +4,9 @@
 
 use std::time::Duration;
 
-use super::{claim, claim_with, queue, same_shard, settle, settle_ahead, shard, support};
+use super::{
+    calls, claim, claim_with, queue, reset_stats, same_shard, settle, settle_ahead, shard, support,
+};
 use crate::job::{Cancelled, JobState, Rescheduled};
 use crate::queue::Queue;
 use crate::start::StartRow;
@@ -39,21 +41,6 @@ fn aof_size(conn: &mut redis::Connection) -> u64 {
         .find_map(|line| line.strip_prefix("aof_current_size:"))
         .and_then(|size| size.trim().parse().ok())
         .expect("INFO persistence names aof_current_size")
-}
-
-/// How many calls of `command` (lower case) the server ran, scripts' included, since its
-/// statistics were reset.
-fn calls(conn: &mut redis::Connection, command: &str) -> u64 {
-    let info: String = redis::cmd("INFO").arg("commandstats").query(conn).unwrap();
-    let prefix = format!("cmdstat_{command}:calls=");
-    info.lines()
-        .find_map(|line| line.strip_prefix(prefix.as_str()))
-        .map_or(0, |rest| rest.split(',').next().unwrap().parse().unwrap())
-}
-
-/// Resets the server's statistics (`calls` counts from here).
-fn reset_stats(conn: &mut redis::Connection) {
-    let () = redis::cmd("CONFIG").arg("RESETSTAT").query(conn).unwrap();
 }
 
 #[tokio::test]

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use super::{claim, ids_on_shard, queue, queue_of, shard, support};
+use super::{calls, claim, ids_on_shard, queue, queue_of, reset_stats, shard, support};
 use crate::job::{Cancelled, JobState, Rescheduled, When};
 use crate::keys::{ShardKeys, bucket_of, hash};
 use crate::scripts::{Call, SCRIPTS};
@@ -35,10 +35,7 @@ async fn schedule_stores_once(buckets: u32) {
             id.as_bytes(),
         )
     });
-    let _: () = redis::cmd("CONFIG")
-        .arg("RESETSTAT")
-        .query(&mut conn)
-        .unwrap();
+    reset_stats(&mut conn);
     support::schedule_new(&queue, jobs).await;
     let after = support::server_ms(&mut conn);
     // One call a shard (200 jobs, 4 shards): in one hash a shard, a lookup and a write a
@@ -215,10 +212,7 @@ async fn claimed_payloads_are_read(buckets: u32) {
         let gone = &jobs[0].0;
         assert_eq!(queue.cancel(gone).await.unwrap(), Cancelled::Started);
         let mut stats = server.sync_conn();
-        let _: () = redis::cmd("CONFIG")
-            .arg("RESETSTAT")
-            .query(&mut stats)
-            .unwrap();
+        reset_stats(&mut stats);
         let payloads = crate::claim::payloads(&queue, &mut queue.conn(), s, &jobs)
             .await
             .unwrap();
@@ -272,10 +266,7 @@ async fn acks_delete_their_payloads(buckets: u32) {
         })
         .collect();
     let mut conn = server.sync_conn();
-    let _: () = redis::cmd("CONFIG")
-        .arg("RESETSTAT")
-        .query(&mut conn)
-        .unwrap();
+    reset_stats(&mut conn);
     let results = super::settle(&queue, s, 5, &triples).await;
     assert_eq!(results, [vec![1; 10], vec![0; 2]].concat());
     // The settled records go with one HDEL; the 8 acked payloads with one more in one hash
@@ -288,14 +279,4 @@ async fn acks_delete_their_payloads(buckets: u32) {
         let expected = (k >= 8).then(|| id.as_bytes().to_vec());
         assert_eq!(payload, expected, "{id}, settled as {}", triples[k].2);
     }
-}
-
-/// How many times the server ran `command` since its statistics were last reset.
-fn calls(conn: &mut redis::Connection, command: &str) -> u64 {
-    let stats: String = redis::cmd("INFO").arg("commandstats").query(conn).unwrap();
-    let prefix = format!("cmdstat_{command}:calls=");
-    stats
-        .lines()
-        .find_map(|line| line.strip_prefix(prefix.as_str()))
-        .map_or(0, |rest| rest.split(',').next().unwrap().parse().unwrap())
 }
