@@ -27,9 +27,10 @@
 //! timer, only what any timeout does at its first `Pending` whatever its timer (a clone of
 //! the task's waker, dropped at the end, and one `rdtsc`), so that its time over the floor
 //! splits shardwheel's into what no timer can leave out and the timer's own work
-//! (`over_parts_ns`). They take turns over rounds in one
-//! process, the first in a round rotating; a first round warms the allocator and the
-//! runtime and is not counted.
+//! (`over_parts_ns`), and `thread-wheel`: the same with a `Wheel` of each worker's own, the
+//! least a timer with a wheel per worker costs (`over_wheel_ns`; see futures/thread_wheel.rs).
+//! They take turns over rounds in one process, the first in a round rotating; a first round
+//! warms the allocator and the runtime and is not counted.
 //! Rates (`ops_per_s`, timed from the first task's start to the last task's end) are
 //! medians over the rounds, ratios (`vs_<peer>`, of rates) medians of per-round ratios, so
 //! that a change of load between rounds moves both sides of a ratio. A round's two turns
@@ -54,6 +55,8 @@
 //! implementation. For shardwheel the bench also reads the timers its reapers took in
 //! (`timers=`, from `Timer::stats`, once they are quiet): none in `mode=ready`, some in
 //! `mode=yield1` (a timeout that did not register its timer would measure nothing).
+//! `thread-wheel` counts the timeouts that ended on another worker than the one that armed
+//! them (`moved=`, a round's median): tasks tokio moved between their two polls.
 //!
 //! Run: `cargo bench --bench futures` (about a minute on 2 cores); prints RESULT lines and
 //! the load average at start and end. `FUTURES_PARTS=W7:64:yield1,W3-async` runs some
@@ -64,6 +67,10 @@
 mod common;
 #[path = "futures/count.rs"]
 mod count;
+#[path = "futures/ratios.rs"]
+mod ratios;
+#[path = "futures/thread_wheel.rs"]
+mod thread_wheel;
 #[path = "futures/timeouts.rs"]
 mod timeouts;
 
@@ -74,6 +81,7 @@ use std::future::{Future, pending};
 use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use thread_wheel::ThreadWheel;
 #[cfg(tokio_unstable)]
 use timeouts::TokioAltTimeout;
 use timeouts::{
@@ -101,6 +109,7 @@ enum Impl {
     TokioAlt,
     None,
     WakerAndClock,
+    ThreadWheel,
 }
 
 impl Impl {
@@ -113,6 +122,7 @@ impl Impl {
         Impl::TokioAlt,
         Impl::None,
         Impl::WakerAndClock,
+        Impl::ThreadWheel,
     ];
 
     fn name(self) -> &'static str {
@@ -125,6 +135,7 @@ impl Impl {
             Impl::TokioAlt => TokioAltTimeout::NAME,
             Impl::None => NoTimeout::NAME,
             Impl::WakerAndClock => WakerAndClock::NAME,
+            Impl::ThreadWheel => ThreadWheel::NAME,
         }
     }
 
@@ -139,6 +150,7 @@ impl Impl {
             Impl::TokioAlt => round::<TokioAltTimeout, W>(&runtimes.alt, workload),
             Impl::None => round::<NoTimeout, W>(runtime, workload),
             Impl::WakerAndClock => round::<WakerAndClock, W>(runtime, workload),
+            Impl::ThreadWheel => round::<ThreadWheel, W>(runtime, workload),
         }
     }
 }
@@ -199,6 +211,7 @@ struct Round<O> {
     cpu_ns_per_op: f64,
     outcomes: Vec<O>,
     timers: Option<u64>,
+    moved: Option<u64>,
     /// Cores' worth of CPU other processes used during the round, and that figure's
     /// error (see `Others`).
     others: f64,
@@ -241,6 +254,7 @@ fn round<T: Timeouts, W: Workload>(runtime: &Runtime, workload: W) -> Round<W::O
         cpu_ns_per_op: cpu.as_nanos() as f64 / workload.operations() as f64,
         outcomes,
         timers: timeouts.timers(),
+        moved: timeouts.moved(),
         others,
         others_resolution,
     }
@@ -283,108 +297,6 @@ fn measure<W: Workload>(
         }
     }
     Measured(measured)
-}
-
-/// How far apart (in cores' worth of other processes' CPU, beyond the readings' own
-/// error) two turns of a round may be and still be compared: a ratio of rates is a
-/// ratio of the two implementations only if the machine was as busy with other work
-/// during both.
-const SAME_LOAD: f64 = 0.25;
-
-/// Whether rounds `a` and `b` ran under the same load (see `SAME_LOAD`).
-fn same_load<O>(a: &Round<O>, b: &Round<O>) -> bool {
-    (a.others - b.others).abs() <= SAME_LOAD + a.others_resolution + b.others_resolution
-}
-
-impl<O> Measured<O> {
-    /// Each implementation's rounds, in print order.
-    fn each(&self) -> impl Iterator<Item = (Impl, &[Round<O>])> {
-        self.0.iter().map(|(i, rounds)| (*i, rounds.as_slice()))
-    }
-
-    /// Operations per second, and CPU nanoseconds per operation: medians over the rounds.
-    fn rate(rounds: &[Round<O>]) -> String {
-        format!(
-            "per_s={:.0} cpu_ns_per_op={:.1}",
-            median(rounds.iter().map(|r| r.per_s).collect()),
-            median(rounds.iter().map(|r| r.cpu_ns_per_op).collect()),
-        )
-    }
-
-    /// Prints `RESULT <label> shardwheel vs_<peer>=..` for each peer measured beside it:
-    /// the median of the per-round ratios, over the rounds whose two turns ran under the
-    /// same load (`same_load`), each of which a comment before it lists (a claim about
-    /// every round reads them there); `unpaired=` counts the pairs left out, and a peer with no
-    /// pair left has no ratio (`vs_<peer>=none`). Beside the floor's ratio,
-    /// `over_floor_ns=`: the median over the same rounds of the time per operation a
-    /// timeout adds to the floor's (of the rate, so over both workers: 1e9 / ops_per_s);
-    /// beside `waker-and-clock`'s, `over_parts_ns=`: what shardwheel adds to that peer's,
-    /// its timer's own work. Then, if both ran, `RESULT <label> waker-and-clock
-    /// over_floor_ns=..`: what a timeout costs with no timer at all.
-    fn print_ratios(&self, label: &str) {
-        let find = |wanted: Impl| self.each().find(|(i, _)| *i == wanted).map(|(_, r)| r);
-        let Some(ours) = find(Impl::Shardwheel) else {
-            return;
-        };
-        let mut unpaired = 0;
-        let ratios: Vec<String> = self
-            .each()
-            .filter(|(i, _)| *i != Impl::Shardwheel)
-            .map(|(peer, theirs)| {
-                let pairs = same_load_pairs(ours, theirs);
-                unpaired += ours.len() - pairs.len();
-                if pairs.is_empty() {
-                    return format!("vs_{}=none", peer.name());
-                }
-                let by_round: Vec<f64> = pairs.iter().map(|(a, b)| a / b).collect();
-                let each: Vec<String> = by_round.iter().map(|r| format!("{r:.2}")).collect();
-                println!(
-                    "# {label} shardwheel vs_{} by round: {}",
-                    peer.name(),
-                    each.join(" ")
-                );
-                let ratio = format!("vs_{}={:.2}", peer.name(), median(by_round));
-                match peer {
-                    Impl::None => format!("{ratio} over_floor_ns={:.1}", time_over(&pairs)),
-                    Impl::WakerAndClock => {
-                        format!("{ratio} over_parts_ns={:.1}", time_over(&pairs))
-                    }
-                    _ => ratio,
-                }
-            })
-            .collect();
-        if !ratios.is_empty() {
-            println!(
-                "RESULT {label} shardwheel {} unpaired={unpaired}",
-                ratios.join(" ")
-            );
-        }
-        if let (Some(parts), Some(floor)) = (find(Impl::WakerAndClock), find(Impl::None)) {
-            let pairs = same_load_pairs(parts, floor);
-            if !pairs.is_empty() {
-                println!(
-                    "RESULT {label} waker-and-clock over_floor_ns={:.1} unpaired={}",
-                    time_over(&pairs),
-                    parts.len() - pairs.len()
-                );
-            }
-        }
-    }
-}
-
-/// The rates of the rounds of `a` and `b` whose two turns ran under the same load.
-fn same_load_pairs<O>(a: &[Round<O>], b: &[Round<O>]) -> Vec<(f64, f64)> {
-    a.iter()
-        .zip(b)
-        .filter(|(a, b)| same_load(a, b))
-        .map(|(a, b)| (a.per_s, b.per_s))
-        .collect()
-}
-
-/// The median, over `pairs` of rates, of the time per operation the first adds to the
-/// second's, in nanoseconds.
-fn time_over(pairs: &[(f64, f64)]) -> f64 {
-    median(pairs.iter().map(|(a, b)| 1e9 / a - 1e9 / b).collect())
 }
 
 /// W3-async: requests under random timeouts, one in 1,000 stuck until a 1 ms timeout.
@@ -445,11 +357,12 @@ impl Workload for W3Async {
 
 fn w3_async(runtimes: &Runtimes, impls: &[Impl]) {
     let label = "W3-async T=2";
-    // `waker-and-clock` never fires: its stuck requests would never end.
+    // `waker-and-clock` and `thread-wheel` never fire: their stuck requests would never
+    // end.
     let impls: Vec<Impl> = impls
         .iter()
         .copied()
-        .filter(|&i| i != Impl::WakerAndClock)
+        .filter(|&i| !matches!(i, Impl::WakerAndClock | Impl::ThreadWheel))
         .collect();
     let measured = measure(runtimes, label, W3Async, &impls, ROUNDS);
     for (implementation, rounds) in measured.each() {
@@ -549,8 +462,18 @@ fn w7(runtimes: &Runtimes, workload: W7, impls: &[Impl]) {
         } else {
             format!(" timers={:.0}", median(timers))
         };
+        let moved: Vec<f64> = rounds
+            .iter()
+            .filter_map(|round| round.moved)
+            .map(|count| count as f64)
+            .collect();
+        let moved = if moved.is_empty() {
+            String::new()
+        } else {
+            format!(" moved={:.0}", median(moved))
+        };
         println!(
-            "RESULT {label} {name} ops_{} ops={}{timers}",
+            "RESULT {label} {name} ops_{} ops={}{timers}{moved}",
             Measured::rate(rounds),
             workload.operations(),
         );

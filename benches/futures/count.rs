@@ -4,8 +4,9 @@
 //! with nothing printed: for `scripts/instructions-per-op W7`, which counts the
 //! instructions of such runs at K = 1 and 2, so that their difference is 100,000
 //! operations with the start and the end left out. IMPLEMENTATION is `shardwheel`,
-//! `shardwheel-time`, `no-timeout` (the floor) or `waker-and-clock`.
+//! `shardwheel-time`, `no-timeout` (the floor), `waker-and-clock` or `thread-wheel`.
 
+use super::thread_wheel::ThreadWheel;
 use super::timeouts::{NoTimeout, Shardwheel, ShardwheelTime, Timeouts, WakerAndClock};
 use super::{W7, Workload};
 use std::sync::Arc;
@@ -22,6 +23,7 @@ pub(super) fn count(spec: &str) {
         ShardwheelTime::NAME => run::<ShardwheelTime>(tasks),
         NoTimeout::NAME => run::<NoTimeout>(tasks),
         WakerAndClock::NAME => run::<WakerAndClock>(tasks),
+        ThreadWheel::NAME => run::<ThreadWheel>(tasks),
         _ => panic!("FUTURES_COUNT={spec}: no implementation {name}"),
     }
 }

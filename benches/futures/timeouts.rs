@@ -1,7 +1,8 @@
 //! The implementations the futures bench puts a timeout on a future with: shardwheel's
 //! `timeout` (and tokio's shape of it), pingora's, tokio's on its default and its
 //! alternative timer, none (the floor), and, for W7 only, the parts of a timeout that no
-//! timer can leave out with no timer at all (`waker-and-clock`).
+//! timer can leave out with no timer at all (`waker-and-clock`); `thread-wheel` has a file
+//! of its own.
 
 use shardwheel::Timer;
 use std::future::{Future, poll_fn};
@@ -24,6 +25,12 @@ pub(super) trait Timeouts: Send + Sync + 'static {
 
     /// The timers this instance's engine took in, once it is quiet, where it can tell.
     fn timers(&self) -> Option<u64> {
+        None
+    }
+
+    /// The timeouts that ended on another thread than the one that armed them, since the
+    /// last call, where it can tell: tasks tokio moved between two polls.
+    fn moved(&self) -> Option<u64> {
         None
     }
 }
@@ -182,7 +189,7 @@ impl Timeouts for WakerAndClock {
 }
 
 /// A deadline `limit` after a reading of the cheapest clock (in its own units).
-fn deadline(limit: Duration) -> u64 {
+pub(super) fn deadline(limit: Duration) -> u64 {
     read_clock().wrapping_add(limit.as_nanos() as u64)
 }
 
