@@ -447,31 +447,16 @@ fn w7(runtimes: &Runtimes, workload: W7, impls: &[Impl]) {
     let measured = measure(runtimes, &label, workload, impls, rounds);
     for (implementation, rounds) in measured.each() {
         let name = implementation.name();
-        let mut timers = Vec::new();
         for round in rounds {
             let completed: u64 = round.outcomes.iter().sum();
             assert_eq!(completed, workload.operations(), "{name}");
             if let Some(count) = round.timers {
                 // A ready future needs no timer; a yield must have registered some.
                 assert_eq!(count == 0, !workload.yield1, "{name}");
-                timers.push(count as f64);
             }
         }
-        let timers = if timers.is_empty() {
-            String::new()
-        } else {
-            format!(" timers={:.0}", median(timers))
-        };
-        let moved: Vec<f64> = rounds
-            .iter()
-            .filter_map(|round| round.moved)
-            .map(|count| count as f64)
-            .collect();
-        let moved = if moved.is_empty() {
-            String::new()
-        } else {
-            format!(" moved={:.0}", median(moved))
-        };
+        let timers = median_count("timers", rounds.iter().filter_map(|round| round.timers));
+        let moved = median_count("moved", rounds.iter().filter_map(|round| round.moved));
         println!(
             "RESULT {label} {name} ops_{} ops={}{timers}{moved}",
             Measured::rate(rounds),
@@ -479,6 +464,16 @@ fn w7(runtimes: &Runtimes, workload: W7, impls: &[Impl]) {
         );
     }
     measured.print_ratios(&label);
+}
+
+/// ` name=<the median of counts>`, or nothing if there are none.
+fn median_count(name: &str, counts: impl Iterator<Item = u64>) -> String {
+    let counts: Vec<f64> = counts.map(|count| count as f64).collect();
+    if counts.is_empty() {
+        String::new()
+    } else {
+        format!(" {name}={:.0}", median(counts))
+    }
 }
 
 fn main() {
