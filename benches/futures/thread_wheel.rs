@@ -15,7 +15,7 @@
 //! in W7, and shardwheel's over it (`over_wheel_ns`) what the rest of a timer costs: any
 //! thread scheduling on it and cancelling on it at once, reapers that fire it on time.
 
-use super::timeouts::{Timeouts, deadline};
+use super::timeouts::{Timeouts, deadline, poll_keeping};
 use shardwheel::{Key, Wheel};
 use std::cell::{Cell, RefCell};
 use std::future::{Future, poll_fn};
@@ -100,6 +100,7 @@ impl Drop for InWheel {
     }
 }
 
+/// `thread-wheel` (see the module doc).
 pub(super) struct ThreadWheel;
 
 impl Timeouts for ThreadWheel {
@@ -111,13 +112,11 @@ impl Timeouts for ThreadWheel {
 
     async fn timeout<F: Future + Send>(&self, limit: Duration, work: F) -> Option<F::Output> {
         let mut work = std::pin::pin!(work);
-        let mut armed: Option<InWheel> = None;
+        let mut armed = None;
         let output = poll_fn(|cx| {
-            let polled = work.as_mut().poll(cx);
-            if polled.is_pending() && armed.is_none() {
-                armed = Some(OWN.with(|own| own.insert(limit, cx.waker())));
-            }
-            polled
+            poll_keeping(work.as_mut(), cx, &mut armed, |waker| {
+                OWN.with(|own| own.insert(limit, waker))
+            })
         })
         .await;
         drop(armed);

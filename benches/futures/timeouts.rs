@@ -7,7 +7,8 @@
 use shardwheel::Timer;
 use std::future::{Future, poll_fn};
 use std::hint::black_box;
-use std::task::Waker;
+use std::pin::Pin;
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 /// A way to put a timeout on a future.
@@ -174,18 +175,34 @@ impl Timeouts for WakerAndClock {
 
     async fn timeout<F: Future + Send>(&self, limit: Duration, work: F) -> Option<F::Output> {
         let mut work = std::pin::pin!(work);
-        let mut kept: Option<(Waker, u64)> = None;
+        let mut kept = None;
         let output = poll_fn(|cx| {
-            let polled = work.as_mut().poll(cx);
-            if polled.is_pending() && kept.is_none() {
-                kept = Some((cx.waker().clone(), black_box(deadline(limit))));
-            }
-            polled
+            poll_keeping(work.as_mut(), cx, &mut kept, |waker| {
+                (waker.clone(), black_box(deadline(limit)))
+            })
         })
         .await;
         drop(black_box(kept));
         Some(output)
     }
+}
+
+/// A poll of `work` that keeps, at its first `Pending`, what `keep` makes of the task's
+/// waker in `kept`: what a timeout does with its timer, whatever it is. A function the
+/// peers' `poll_fn`s call, inlined there, rather than a future of its own around the work,
+/// which added a layer of polls to each (25 instructions an operation, counted).
+#[inline(always)]
+pub(super) fn poll_keeping<F: Future, K>(
+    work: Pin<&mut F>,
+    cx: &mut Context<'_>,
+    kept: &mut Option<K>,
+    keep: impl FnOnce(&Waker) -> K,
+) -> Poll<F::Output> {
+    let polled = work.poll(cx);
+    if polled.is_pending() && kept.is_none() {
+        *kept = Some(keep(cx.waker()));
+    }
+    polled
 }
 
 /// A deadline `limit` after a reading of the cheapest clock (in its own units).
