@@ -16,6 +16,9 @@
 //!   a spawned task that awaits it.
 //! - `no-timer` (W1, W3): the workload's loop with no timer at all, the floor the others
 //!   stand on.
+//! - `wheel-and-clock` (W1): a bare `Wheel` of the producer thread's own, each deadline
+//!   read from the cheapest clock; never fires. What a timer on a wheel costs one thread
+//!   at least (see `engine/w1.rs`).
 //!
 //! Lateness is (time the callback or task ran) - (the deadline asked for). Producers share
 //! nothing but the engine: the probe that counts firings is `'static`, so cloning no

@@ -1,5 +1,5 @@
 //! What the benchmarks share: the seeded random stream of benches/README.md, medians
-//! and percentiles, and the machine's load (quoted with every run).
+//! and percentiles, the machine's load (quoted with every run), and the cheapest clock.
 
 #![allow(dead_code)] // each bench uses part of it
 
@@ -7,6 +7,9 @@
 /// `engine` feature: the churn bench builds without it).
 #[cfg(feature = "engine")]
 pub mod cpu;
+
+/// The cheapest clock, for the peers that stand for a timer's least cost.
+pub mod clock;
 
 /// SplitMix64, seeded 42 for every implementation (benches/README.md).
 pub struct SplitMix64(pub u64);

@@ -15,7 +15,8 @@
 //! in W7, and shardwheel's over it (`over_wheel_ns`) what the rest of a timer costs: any
 //! thread scheduling on it and cancelling on it at once, reapers that fire it on time.
 
-use super::timeouts::{Timeouts, deadline, poll_keeping};
+use super::timeouts::{Timeouts, poll_keeping};
+use crate::common::clock::deadline;
 use shardwheel::{Key, Wheel};
 use std::cell::{Cell, RefCell};
 use std::future::{Future, poll_fn};

@@ -4,6 +4,7 @@
 //! timer can leave out with no timer at all (`waker-and-clock`); `thread-wheel` has a file
 //! of its own.
 
+use crate::common::clock::deadline;
 use shardwheel::Timer;
 use std::future::{Future, poll_fn};
 use std::hint::black_box;
@@ -203,25 +204,4 @@ pub(super) fn poll_keeping<F: Future, K>(
         *kept = Some(keep(cx.waker()));
     }
     polled
-}
-
-/// A deadline `limit` after a reading of the cheapest clock (in its own units).
-pub(super) fn deadline(limit: Duration) -> u64 {
-    read_clock().wrapping_add(limit.as_nanos() as u64)
-}
-
-#[cfg(target_arch = "x86_64")]
-fn read_clock() -> u64 {
-    // SAFETY: `rdtsc` reads the time-stamp counter, which every x86_64 processor has; it
-    // touches no memory.
-    unsafe { std::arch::x86_64::_rdtsc() }
-}
-
-#[cfg(not(target_arch = "x86_64"))]
-fn read_clock() -> u64 {
-    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
-    START
-        .get_or_init(std::time::Instant::now)
-        .elapsed()
-        .as_nanos() as u64
 }
