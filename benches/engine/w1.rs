@@ -64,8 +64,9 @@ fn w1_churn<E: Engine>(
 }
 
 /// `ENGINE_W1_COUNT=IMPLEMENTATION:P:N`: N iterations of W1 at P pending, for one of
-/// `shardwheel`, `tokio-sleep`, `no-timer` and `wheel-and-clock`, with no bound on the time, and nothing
-/// printed: for `scripts/instructions-per-op`, which counts the instructions of such runs.
+/// `shardwheel`, `tokio-sleep`, `no-timer` and `wheel-and-clock`, with no bound on the
+/// time, and nothing printed: for `scripts/instructions-per-op`, which counts the
+/// instructions of such runs.
 pub(super) fn w1_count(spec: &str) {
     let parts: Vec<&str> = spec.split(':').collect();
     let [name, pending, iterations] = parts[..] else {
@@ -144,9 +145,11 @@ pub(super) fn w1() {
 /// the wheel there, and its reaper unlinks the cancelled ones on another core.)
 struct WheelAndClock;
 
+/// The producer's wheel, and the clock's tick at its start (the wheel's tick 0).
+type OwnWheel = (Wheel<&'static Probe>, u64);
+
 thread_local! {
-    /// The producer's wheel, and the clock's tick at its start (the wheel's tick 0).
-    static WHEEL: RefCell<(Wheel<&'static Probe>, u64)> = const { RefCell::new((Wheel::new(), 0)) };
+    static WHEEL: RefCell<OwnWheel> = const { RefCell::new((Wheel::new(), 0)) };
 }
 
 /// The wheel's tick: 2^20 of the clock's units, a delay's nanoseconds taken as such (see
